@@ -1,0 +1,104 @@
+"""distbridge: one facade for distributed PyTorch.
+
+``import distbridge as idist`` runs the same code serially, on torch.distributed
+(NCCL, Gloo, MPI), on PyTorch/XLA and on Horovod. It is a drop-in superset of
+``ignite.distributed``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch.distributed as _dist
+
+from distbridge import errors
+from distbridge._api import (
+    all_gather,
+    all_gather_tensors_with_shapes,
+    all_reduce,
+    available_backends,
+    backend,
+    barrier,
+    broadcast,
+    device,
+    finalize,
+    get_local_rank,
+    get_nnodes,
+    get_node_rank,
+    get_nproc_per_node,
+    get_rank,
+    get_world_size,
+    hostname,
+    initialize,
+    model_name,
+    new_group,
+    set_local_rank,
+    show_config,
+    spawn,
+    sync,
+)
+from distbridge._registry import RegisteredModels, registry
+from distbridge.errors import (
+    BackendUnavailableError,
+    DistributedError,
+    NotInitializedError,
+    SpawnTimeoutError,
+    WorkerFailedError,
+)
+from distbridge.helpers import one_rank_first, one_rank_only
+from distbridge.launch.parallel import Parallel
+from distbridge.models import ComputationModel
+
+__version__ = "0.1.0"
+
+#: True when torch.distributed is usable in this torch build.
+has_native_dist_support: bool = _dist.is_available()
+#: True when torch_xla is installed (it is imported only when used).
+has_xla_support: bool = importlib.util.find_spec("torch_xla") is not None
+#: True when Horovod is installed (it is imported only when used).
+has_hvd_support: bool = importlib.util.find_spec("horovod") is not None
+
+#: The registered computation model classes, highest detection priority first (a live view).
+registered_computation_models = RegisteredModels(registry)
+
+__all__ = [
+    "BackendUnavailableError",
+    "ComputationModel",
+    "DistributedError",
+    "NotInitializedError",
+    "Parallel",
+    "SpawnTimeoutError",
+    "WorkerFailedError",
+    "__version__",
+    "all_gather",
+    "all_gather_tensors_with_shapes",
+    "all_reduce",
+    "available_backends",
+    "backend",
+    "barrier",
+    "broadcast",
+    "device",
+    "errors",
+    "finalize",
+    "get_local_rank",
+    "get_nnodes",
+    "get_node_rank",
+    "get_nproc_per_node",
+    "get_rank",
+    "get_world_size",
+    "has_hvd_support",
+    "has_native_dist_support",
+    "has_xla_support",
+    "hostname",
+    "initialize",
+    "model_name",
+    "new_group",
+    "one_rank_first",
+    "one_rank_only",
+    "registered_computation_models",
+    "registry",
+    "set_local_rank",
+    "show_config",
+    "spawn",
+    "sync",
+]

@@ -1,0 +1,166 @@
+"""The registry of computation models: which backends exist and which context is live.
+
+Built-in models are registered when this module is imported. Third-party models
+come from the ``distbridge.computation_models`` entry-point group, loaded on the
+first query that needs the full list, unless ``DISTBRIDGE_DISABLE_PLUGINS=1``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, overload
+
+from distbridge.errors import BackendUnavailableError, suggest
+
+if TYPE_CHECKING:
+    from distbridge.models.base import ComputationModel
+
+__all__ = ["ENTRY_POINT_GROUP", "Registry", "RegisteredModels", "registry"]
+
+ENTRY_POINT_GROUP = "distbridge.computation_models"
+_DISABLE_PLUGINS_VAR = "DISTBRIDGE_DISABLE_PLUGINS"
+
+
+class Registry:
+    """Computation model classes, ordered by ``priority`` (highest first)."""
+
+    def __init__(self) -> None:
+        self._models: list[type[ComputationModel]] = []
+        self._plugins_loaded = False
+
+    def register(self, model: type[ComputationModel], *, replace: bool = False) -> None:
+        """Add ``model``. A model whose name or backends clash with a registered one is refused
+        unless ``replace=True``, which removes the clashing models first."""
+        clashes = [
+            m for m in self._models if m.name == model.name or set(m.backends) & set(model.backends)
+        ]
+        if clashes and not replace:
+            taken = ", ".join(f"{m.__name__} ({m.name}: {', '.join(m.backends)})" for m in clashes)
+            raise ValueError(
+                f"Cannot register {model.__name__} (name {model.name!r}, backends "
+                f"{model.backends!r}): already taken by {taken}. Pass replace=True to override."
+            )
+        for m in clashes:
+            self._models.remove(m)
+        self._models.append(model)
+        self._models.sort(key=lambda m: -m.priority)
+
+    def unregister(self, model: type[ComputationModel]) -> None:
+        """Remove ``model``; ValueError if it was not registered."""
+        if model not in self._models:
+            raise ValueError(f"{model.__name__} is not registered.")
+        self._models.remove(model)
+
+    def models(self) -> tuple[type[ComputationModel], ...]:
+        """Every registered model, plug-ins included, highest priority first."""
+        self._load_plugins()
+        return tuple(self._models)
+
+    def known_backends(self) -> tuple[str, ...]:
+        """Every backend name any registered model knows, available here or not."""
+        return tuple(b for m in self.models() for b in m.backends)
+
+    def available_backends(self) -> tuple[str, ...]:
+        """Backend names that can run on this machine."""
+        return tuple(b for m in self.models() for b in m.available_backends())
+
+    def for_backend(self, backend: str) -> type[ComputationModel]:
+        """The model that runs ``backend``; BackendUnavailableError saying why when none can."""
+        if not isinstance(backend, str):
+            raise TypeError(f"backend must be a str such as 'gloo', got {backend!r}.")
+        available = self.available_backends()
+        for model in self.models():
+            if backend in model.backends:
+                if backend in model.available_backends():
+                    return model
+                reason = model.unavailable_reason(backend) or "its dependency is missing"
+                raise BackendUnavailableError(
+                    f"Backend {backend!r} is not available: {reason}. "
+                    f"Available: {', '.join(available) or 'none'}."
+                )
+        raise BackendUnavailableError(
+            f"Backend {backend!r} is not available. Available: {', '.join(available) or 'none'}."
+            + suggest(backend, self.known_backends())
+        )
+
+    def detect(self) -> ComputationModel | None:
+        """Adopt the first live context found, in priority order; None when there is none.
+
+        Never communicates: each model looks only at its own process-local state.
+        """
+        for model in self.models():
+            if model.has_context():
+                found = model.from_context()
+                if found is not None:
+                    return found
+        return None
+
+    def context_probes(self) -> tuple[Callable[[], bool], ...]:
+        """The ``has_context`` checks of every model that can have a context."""
+        return tuple(m.has_context for m in self.models() if m.backends)
+
+    def _load_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        if os.environ.get(_DISABLE_PLUGINS_VAR, "") not in ("", "0"):
+            return
+        for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                model = entry.load()
+                self.register(model)
+            except Exception as err:  # a broken plug-in must not break distbridge
+                warnings.warn(
+                    f"distbridge: skipped computation model plug-in {entry.name!r} "
+                    f"({entry.value}): {type(err).__name__}: {err}. "
+                    f"Set {_DISABLE_PLUGINS_VAR}=1 to skip every plug-in.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+
+    def _reset_plugins(self) -> None:
+        """Forget loaded plug-ins so the next query loads them again (for tests)."""
+        from distbridge.models import BUILTIN_MODELS
+
+        self._models = [m for m in self._models if m in BUILTIN_MODELS]
+        self._plugins_loaded = False
+
+
+class RegisteredModels(Sequence["type[ComputationModel]"]):
+    """A live, read-only view of the registered model classes (``registered_computation_models``)."""
+
+    def __init__(self, source: Registry) -> None:
+        self._source = source
+
+    @overload
+    def __getitem__(self, index: int) -> type[ComputationModel]: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[type[ComputationModel]]: ...
+    def __getitem__(
+        self, index: int | slice
+    ) -> type[ComputationModel] | Sequence[type[ComputationModel]]:
+        return self._source.models()[index]
+
+    def __len__(self) -> int:
+        return len(self._source.models())
+
+    def __iter__(self) -> Iterator[type[ComputationModel]]:
+        return iter(self._source.models())
+
+    def __repr__(self) -> str:
+        return f"[{', '.join(m.__name__ for m in self)}]"
+
+
+def _builtin_registry() -> Registry:
+    from distbridge.models import BUILTIN_MODELS
+
+    reg = Registry()
+    for model in BUILTIN_MODELS:
+        reg.register(model)
+    return reg
+
+
+registry = _builtin_registry()

@@ -1,0 +1,66 @@
+"""The only mutable module state of distbridge: which computation model is active.
+
+``current()`` is on every facade call's path, so it does one cheap check: is the
+active model's context still the live one? When it is not (a process group was
+created or destroyed outside distbridge), the registry finds the live context,
+without communicating, or falls back to the serial model.
+"""
+
+from __future__ import annotations
+
+from distbridge._registry import registry
+from distbridge.models.base import ComputationModel
+from distbridge.models.serial import SerialModel
+
+__all__ = ["current", "install", "local_rank_hint", "reset", "resync", "set_local_rank_hint"]
+
+
+
+def _serial() -> SerialModel:
+    return SerialModel(registry.context_probes)
+
+
+_active: ComputationModel = _serial()
+_local_rank_hint: int | None = None
+
+
+def current() -> ComputationModel:
+    """The active model; adopts a context created outside distbridge on first use."""
+    model = _active
+    if model.is_current():
+        return model
+    return resync()
+
+
+def install(model: ComputationModel) -> None:
+    """Make ``model`` the active one (used by ``initialize`` and the launchers)."""
+    global _active
+    _active = model
+
+
+def resync() -> ComputationModel:
+    """Find the live context again: adopt it, or fall back to the serial model."""
+    adopted = registry.detect()
+    model: ComputationModel = adopted if adopted is not None else _serial()
+    if adopted is not None and _local_rank_hint is not None:
+        adopted.set_local_rank(_local_rank_hint)
+    install(model)
+    return model
+
+
+def reset() -> None:
+    """Forget the active model and the local-rank hint; nothing is destroyed."""
+    global _local_rank_hint
+    _local_rank_hint = None
+    install(_serial())
+
+
+def set_local_rank_hint(index: int) -> None:
+    """Remember ``index`` as this process's local rank for contexts adopted from now on."""
+    global _local_rank_hint
+    _local_rank_hint = index
+
+
+def local_rank_hint() -> int | None:
+    """The local rank given to ``set_local_rank``, if any."""
+    return _local_rank_hint

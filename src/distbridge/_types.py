@@ -1,0 +1,38 @@
+"""Type aliases shared by the facade and the computation models."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import PurePath
+from typing import Any, Literal, Protocol, TypeAlias, TypeVar
+
+import torch
+
+__all__ = ["Group", "Number", "ReduceOp", "Scalar", "SpawnResult", "WorkerFn"]
+
+#: Reduction names accepted by ``all_reduce`` (case-insensitive; "AVERAGE" is an alias of "AVG").
+ReduceOp: TypeAlias = Literal[
+    "SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "AVG", "ADASUM",
+    "sum", "product", "min", "max", "and", "or", "avg", "adasum",
+]  # fmt: skip
+
+#: A group of ranks: a backend's own group object, or the list of global ranks in it.
+Group: TypeAlias = Any | Sequence[int]
+
+#: Python numbers that collectives return with their type unchanged.
+Number: TypeAlias = int | float | bool
+
+#: Values ``broadcast`` accepts besides tensors.
+Scalar: TypeAlias = int | float | bool | str | PurePath
+
+#: What ``spawn`` returns: each worker's return value, in rank order.
+SpawnResult: TypeAlias = list[Any]
+
+T = TypeVar("T")
+TensorT = TypeVar("TensorT", bound=torch.Tensor)
+
+
+class WorkerFn(Protocol):
+    """A function run in every worker as ``fn(local_rank, *args, **kwargs)``."""
+
+    def __call__(self, local_rank: int, /, *args: Any, **kwargs: Any) -> Any: ...

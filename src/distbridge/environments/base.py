@@ -1,0 +1,63 @@
+"""What a launcher tells a process about where it is in the job."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["LaunchEnvironment", "read_int"]
+
+
+@dataclass(frozen=True)
+class LaunchEnvironment:
+    """A process's place in a job, as read from its launcher's environment variables.
+
+    Fields that the launcher does not provide are None.
+    """
+
+    launcher: str
+    rank: int
+    world_size: int
+    local_rank: int | None = None
+    local_world_size: int | None = None
+    node_rank: int | None = None
+    nnodes: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1:
+            raise ValueError(
+                f"{self.launcher}: world size {self.world_size!r} must be at least 1; "
+                "check the launcher's variables."
+            )
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(
+                f"{self.launcher}: rank {self.rank!r} is outside [0, {self.world_size}) "
+                f"for world size {self.world_size}; check the launcher's variables."
+            )
+        if self.local_world_size is not None and self.local_rank is not None:
+            if not 0 <= self.local_rank < self.local_world_size:
+                raise ValueError(
+                    f"{self.launcher}: local rank {self.local_rank!r} is outside "
+                    f"[0, {self.local_world_size}); check the launcher's variables."
+                )
+        if self.nnodes is not None and self.node_rank is not None:
+            if not 0 <= self.node_rank < self.nnodes:
+                raise ValueError(
+                    f"{self.launcher}: node rank {self.node_rank!r} is outside "
+                    f"[0, {self.nnodes}); check the launcher's variables."
+                )
+
+
+def read_int(env: Mapping[str, str], key: str) -> int | None:
+    """Return ``env[key]`` as an int, None when absent; ValueError naming the key when malformed."""
+    raw = env.get(key)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError as err:
+        raise ValueError(
+            f"Environment variable {key}={raw!r} is not an integer; fix or unset it."
+        ) from err

@@ -1,0 +1,40 @@
+"""torchrun / torchelastic (and ``distbridge.spawn`` workers, which set the same variables)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from distbridge.environments.base import LaunchEnvironment, read_int
+
+__all__ = ["detect"]
+
+
+def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
+    """Read RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK and MASTER_* from ``env``.
+
+    Returns None unless both RANK and WORLD_SIZE are set. The number of nodes is
+    GROUP_WORLD_SIZE when torchrun set it, else WORLD_SIZE / LOCAL_WORLD_SIZE.
+    """
+    rank = read_int(env, "RANK")
+    world_size = read_int(env, "WORLD_SIZE")
+    if rank is None or world_size is None:
+        return None
+    local_rank = read_int(env, "LOCAL_RANK")
+    local_world_size = read_int(env, "LOCAL_WORLD_SIZE")
+    node_rank = read_int(env, "GROUP_RANK")
+    nnodes = read_int(env, "GROUP_WORLD_SIZE")
+    if nnodes is None and local_world_size and world_size % local_world_size == 0:
+        nnodes = world_size // local_world_size
+    if node_rank is None and local_world_size and nnodes:
+        node_rank = rank // local_world_size
+    return LaunchEnvironment(
+        launcher="torchelastic",
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        local_world_size=local_world_size,
+        node_rank=node_rank,
+        nnodes=nnodes,
+        master_addr=env.get("MASTER_ADDR") or None,
+        master_port=read_int(env, "MASTER_PORT"),
+    )

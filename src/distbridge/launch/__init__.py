@@ -1,0 +1,1 @@
+"""Starting and supervising worker processes: spawn, Parallel."""

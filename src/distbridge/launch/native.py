@@ -1,0 +1,171 @@
+"""``spawn`` for torch.distributed: start workers on this machine, each in its own world slot.
+
+The parent hosts the job's TCPStore itself, on a free port (port 0, chosen by the
+kernel and held by the store from that moment: no race with other jobs), and the
+workers connect to it as torchrun's workers connect to the agent's store.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+
+from distbridge.errors import DistributedError
+from distbridge.launch.pickling import check_picklable
+from distbridge.launch.supervisor import run_workers
+
+__all__ = ["spawn_native"]
+
+_START_METHODS = ("spawn", "fork", "forkserver")
+
+
+@dataclass(frozen=True)
+class _NativeWorker:
+    """What each worker process runs: join the job, call ``fn``, leave the job."""
+
+    backend: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    env: Mapping[str, str]
+    first_rank: int
+    init_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __call__(self, local_rank: int) -> Any:
+        rank = self.first_rank + local_rank
+        os.environ.update(self.env)
+        os.environ["RANK"] = str(rank)
+        os.environ["LOCAL_RANK"] = str(local_rank)
+        from distbridge import _state
+        from distbridge.models.native import NativeModel
+
+        init_kwargs = dict(self.init_kwargs)
+        if "init_method" in init_kwargs:
+            init_kwargs.update(rank=rank, world_size=int(self.env["WORLD_SIZE"]))
+        model = NativeModel.from_backend(self.backend, **init_kwargs)
+        _state.install(model)
+        try:
+            return self.fn(local_rank, *self.args, **self.kwargs)
+        finally:
+            if model.is_current():
+                model.finalize()
+            _state.reset()
+
+
+def _positive_int(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
+    return value
+
+
+def spawn_native(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs_dict: Mapping[str, Any],
+    nproc_per_node: int,
+    *,
+    backend: str,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    init_method: str | None = None,
+    timeout: timedelta | float | None = None,
+    start_method: str = "spawn",
+    job_timeout: float | None = None,
+    join: bool = True,
+) -> list[Any]:
+    """Run ``fn(local_rank, *args, **kwargs_dict)`` in ``nproc_per_node`` workers of a job of
+    ``nnodes`` machines; return this machine's results in local-rank order."""
+    nproc = _positive_int("nproc_per_node", nproc_per_node)
+    nnodes = _positive_int("nnodes", nnodes)
+    if not isinstance(node_rank, int) or not 0 <= node_rank < nnodes:
+        raise ValueError(f"node_rank must be an int in [0, {nnodes}), got {node_rank!r}.")
+    if start_method not in _START_METHODS:
+        raise ValueError(f"start_method must be one of {_START_METHODS}, got {start_method!r}.")
+    if join is not True:
+        raise ValueError(
+            "join=False is not supported: spawn supervises its workers until they end."
+        )
+    if master_port is not None and (
+        not isinstance(master_port, int) or not 0 < master_port < 65536
+    ):
+        raise ValueError(f"master_port must be an int in 1..65535, got {master_port!r}.")
+    if start_method != "fork":
+        check_picklable(fn, args, kwargs_dict)
+
+    addr = master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
+    port = master_port or _env_port()
+    if nnodes > 1 and port is None and init_method is None:
+        raise ValueError(
+            f"nnodes={nnodes} needs a master_port that every node passes (or MASTER_PORT set "
+            "on every node): the nodes cannot agree on a free port by themselves."
+        )
+    world_size = nnodes * nproc
+    store = None
+    if init_method is None and node_rank == 0:
+        store = _host_store(port or 0, world_size, timeout)
+        port = store.port
+    env = {
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(nproc),
+        "GROUP_RANK": str(node_rank),
+        "GROUP_WORLD_SIZE": str(nnodes),
+        "MASTER_ADDR": addr,
+    }
+    if port is not None:
+        env["MASTER_PORT"] = str(port)
+    if init_method is None:
+        env["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+    init_kwargs: dict[str, Any] = {}
+    if timeout is not None:
+        init_kwargs["timeout"] = timeout
+    if init_method is not None:
+        init_kwargs["init_method"] = init_method
+    worker = _NativeWorker(
+        backend, fn, tuple(args), dict(kwargs_dict), env, node_rank * nproc, init_kwargs
+    )
+    try:
+        return run_workers(
+            worker,
+            nproc,
+            rank_offset=node_rank * nproc,
+            start_method=start_method,
+            job_timeout=job_timeout,
+        )
+    finally:
+        del store  # the store lives exactly as long as the job
+
+
+def _env_port() -> int | None:
+    raw = os.environ.get("MASTER_PORT")
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError as err:
+        raise ValueError(f"MASTER_PORT={raw!r} is not a port number; fix or unset it.") from err
+
+
+def _host_store(port: int, world_size: int, timeout: timedelta | float | None) -> Any:
+    """The job's TCPStore, listening on ``port`` (0: a free one) until the job ends."""
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    try:
+        return dist.TCPStore(
+            "0.0.0.0",
+            port,
+            world_size,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=timedelta(seconds=seconds or 1800),
+        )
+    except (RuntimeError, OSError) as err:
+        raise DistributedError(
+            f"Cannot listen on master port {port}: {err}. Another job may hold it: pass another "
+            "master_port, or leave it unset so distbridge picks a free one."
+        ) from err

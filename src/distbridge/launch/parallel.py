@@ -1,0 +1,116 @@
+"""Parallel: one context manager for every way of starting a job."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from distbridge import _api, environments
+
+__all__ = ["Parallel"]
+
+
+class Parallel:
+    """Run a function in a distributed job, whichever way the job was started.
+
+    - ``backend=None``: serial; ``run`` calls ``func(0, ...)`` in this process.
+    - ``backend`` and ``nproc_per_node``: ``run`` spawns the workers itself (``spawn``).
+    - ``backend`` alone: the processes were started by a launcher (torchrun, srun, mpirun,
+      horovodrun); entering the context initializes, leaving it finalizes.
+
+    Example:
+        >>> with Parallel(backend="gloo", nproc_per_node=2) as parallel:   # doctest: +SKIP
+        ...     results = parallel.run(train, config)
+
+    Args:
+        backend: ``None``, "nccl", "gloo", "mpi", "xla-tpu", "horovod", ...
+        nproc_per_node: processes to spawn on this machine; None when a launcher started them.
+        nnodes: number of machines (spawn only).
+        node_rank: this machine's index (spawn only).
+        master_addr: address of node 0 (spawn only).
+        master_port: port of node 0; a free one by default on one machine (spawn only).
+        init_method: torch.distributed init method (native backends).
+        spawn_kwargs: further arguments for ``spawn`` (``timeout``, ``start_method``, ...).
+    """
+
+    def __init__(
+        self,
+        backend: str | None = None,
+        nproc_per_node: int | None = None,
+        nnodes: int | None = None,
+        node_rank: int | None = None,
+        master_addr: str | None = None,
+        master_port: int | None = None,
+        init_method: str | None = None,
+        **spawn_kwargs: Any,
+    ) -> None:
+        if backend is not None and backend not in _api.available_backends():
+            _api.registry.for_backend(backend)  # raises, saying why and what is available
+        spawn_only = {
+            "nnodes": nnodes,
+            "node_rank": node_rank,
+            "master_addr": master_addr,
+            "master_port": master_port,
+        }
+        given = sorted(k for k, v in spawn_only.items() if v is not None)
+        if backend is None and (nproc_per_node is not None or given or init_method):
+            raise ValueError(
+                f"Parallel(backend=None) runs serially; nproc_per_node, {', '.join(given) or 'nnodes'}"
+                " and init_method need a backend such as 'gloo'."
+            )
+        if nproc_per_node is None and given:
+            raise ValueError(
+                f"{', '.join(given)} only apply when Parallel spawns the workers: pass "
+                "nproc_per_node too, or set them in the launcher instead."
+            )
+        if nproc_per_node is not None and environments.detect() is not None:
+            raise RuntimeError(
+                "This process was started by a launcher (RANK/WORLD_SIZE are set), so Parallel "
+                "must not spawn more workers: drop nproc_per_node."
+            )
+        self.backend = backend
+        self._spawn_params: dict[str, Any] | None = None
+        if nproc_per_node is not None:
+            self._spawn_params = {
+                "nproc_per_node": nproc_per_node,
+                **{k: v for k, v in spawn_only.items() if v is not None},
+                **({"init_method": init_method} if init_method else {}),
+                **spawn_kwargs,
+            }
+        elif spawn_kwargs:
+            raise TypeError(
+                f"Parallel() got unexpected keyword arguments {sorted(spawn_kwargs)}; they are "
+                "spawn arguments and need nproc_per_node."
+            )
+        self._init_kwargs = {"init_method": init_method} if init_method else {}
+        self._initialized_here = False
+
+    def run(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call ``func(local_rank, *args, **kwargs)`` in every process of the job.
+
+        Returns:
+            When spawning: every worker's return value, in local-rank order. Otherwise
+            this process's return value.
+        """
+        if self._spawn_params is not None and self.backend is not None:
+            return _api.spawn(
+                self.backend, func, args=args, kwargs_dict=kwargs, **self._spawn_params
+            )
+        return func(_api.get_local_rank(), *args, **kwargs)
+
+    def __enter__(self) -> Parallel:
+        if self.backend is not None and self._spawn_params is None:
+            _api.initialize(self.backend, **self._init_kwargs)
+            self._initialized_here = True
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._initialized_here:
+            self._initialized_here = False
+            _api.finalize()

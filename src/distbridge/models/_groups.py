@@ -1,0 +1,82 @@
+"""Resolving ``group=`` arguments, and caching groups made from lists of ranks.
+
+torch.distributed's ``new_group`` is a collective and allocates a communicator,
+so a group is created once per distinct rank set (and options) and reused:
+``all_reduce(x, group=[0, 1])`` in a loop never leaks groups.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from distbridge.models.base import ComputationModel
+
+__all__ = ["GroupCache"]
+
+
+class _Membership(enum.Enum):
+    NOT_A_MEMBER = "not a member of the group"
+
+
+class GroupCache:
+    """The groups one model created, keyed by their sorted rank tuple and options."""
+
+    NOT_A_MEMBER = _Membership.NOT_A_MEMBER
+
+    def __init__(self, model: ComputationModel) -> None:
+        self._model = model
+        self._groups: dict[object, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    def resolve(self, group: object) -> Any:
+        """The backend group for ``group``: None for the world, NOT_A_MEMBER when this rank is
+        outside it. Lists and tuples of ranks go through the cache."""
+        if group is None:
+            return None
+        if isinstance(group, (list, tuple, range)):
+            resolved = self.get(group)
+        else:
+            self._model._check_group(group)
+            resolved = group
+        if self._model._group_rank(resolved) < 0:
+            return self.NOT_A_MEMBER
+        return resolved
+
+    def get(self, ranks: Sequence[int], **kwargs: Any) -> Any:
+        """The cached group of ``ranks`` with ``kwargs``, created on first use."""
+        key_ranks = self._validate(ranks)
+        key: object = (key_ranks, tuple(sorted(kwargs.items())))
+        try:
+            hash(key)
+        except TypeError:  # options that cannot be hashed (e.g. pg_options): never cached
+            return self._model._make_group(key_ranks, **kwargs)
+        if key not in self._groups:
+            self._groups[key] = self._model._make_group(key_ranks, **kwargs)
+        return self._groups[key]
+
+    def clear(self) -> None:
+        self._groups.clear()
+
+    def _validate(self, ranks: object) -> tuple[int, ...]:
+        if not isinstance(ranks, (list, tuple, range)):
+            raise TypeError(f"A group must be a list of int ranks, got {ranks!r}.")
+        world = self._model.get_world_size()
+        bad = [r for r in ranks if not isinstance(r, int) or isinstance(r, bool)]
+        if bad:
+            raise TypeError(f"Group ranks must be ints, got {bad[0]!r} in {list(ranks)!r}.")
+        if not ranks:
+            raise ValueError("A group needs at least one rank, got an empty list.")
+        outside = [r for r in ranks if not 0 <= r < world]
+        if outside:
+            raise ValueError(
+                f"Group ranks {outside} are outside this world of size {world} "
+                f"(valid ranks: 0..{world - 1})."
+            )
+        if len(set(ranks)) != len(ranks):
+            raise ValueError(f"Group ranks must be unique, got {list(ranks)!r}.")
+        return tuple(sorted(ranks))

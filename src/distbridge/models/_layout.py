@@ -1,0 +1,98 @@
+"""Where a process sits in the job: rank, local rank, processes per node, nodes."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Any, Literal, overload
+
+from distbridge.environments import LaunchEnvironment
+
+__all__ = ["Layout", "export_layout", "layout_from_env", "layout_from_store"]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A process's place in a job of ``world_size`` ranks on ``nnodes`` machines."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    nproc_per_node: int
+    nnodes: int
+    node_rank: int
+
+    def with_local_rank(self, index: int) -> Layout:
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            raise ValueError(f"A local rank must be an int >= 0, got {index!r}.")
+        return replace(self, local_rank=index)
+
+
+@overload
+def layout_from_env(
+    launch: LaunchEnvironment | None, rank: int, world_size: int, *, guess: Literal[True] = True
+) -> Layout: ...
+@overload
+def layout_from_env(
+    launch: LaunchEnvironment | None, rank: int, world_size: int, *, guess: bool
+) -> Layout | None: ...
+def layout_from_env(
+    launch: LaunchEnvironment | None, rank: int, world_size: int, *, guess: bool = True
+) -> Layout | None:
+    """The layout the launcher described, if it matches ``rank`` and ``world_size``.
+
+    When the launcher gives no local layout: with ``guess``, assume one node
+    (local rank = rank); without, return None so the caller can ask the peers.
+    """
+    if (
+        launch is not None
+        and launch.rank == rank
+        and launch.world_size == world_size
+        and launch.local_rank is not None
+        and launch.local_world_size is not None
+    ):
+        nproc = launch.local_world_size
+        nnodes = launch.nnodes if launch.nnodes is not None else max(1, world_size // nproc)
+        node_rank = launch.node_rank if launch.node_rank is not None else rank // nproc
+        return Layout(rank, world_size, launch.local_rank, nproc, nnodes, node_rank)
+    if not guess:
+        return None
+    local = launch.local_rank if launch is not None and launch.local_rank is not None else rank
+    return Layout(rank, world_size, local, world_size, 1, 0)
+
+
+def layout_from_store(store: Any, rank: int, world_size: int, hostname: str) -> Layout:
+    """Ask the peers for their host names through ``store`` (a torch.distributed Store).
+
+    Ranks on the same host form a node; nodes are numbered by their lowest rank.
+    """
+    store.set(f"distbridge/host/{rank}", hostname)
+    hosts = [store.get(f"distbridge/host/{r}").decode("utf-8") for r in range(world_size)]
+    nodes = list(dict.fromkeys(hosts))
+    same_host = [r for r, host in enumerate(hosts) if host == hostname]
+    return Layout(
+        rank=rank,
+        world_size=world_size,
+        local_rank=same_host.index(rank),
+        nproc_per_node=len(same_host),
+        nnodes=len(nodes),
+        node_rank=nodes.index(hostname),
+    )
+
+
+def export_layout(layout: Layout) -> dict[str, str | None]:
+    """Set RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK where they are unset, for
+    code that reads them; return what they were before (None: unset) so they can be restored."""
+    wanted = {
+        "RANK": layout.rank,
+        "LOCAL_RANK": layout.local_rank,
+        "WORLD_SIZE": layout.world_size,
+        "LOCAL_WORLD_SIZE": layout.nproc_per_node,
+        "GROUP_RANK": layout.node_rank,
+    }
+    previous: dict[str, str | None] = {}
+    for key, value in wanted.items():
+        if key not in os.environ:
+            previous[key] = None
+            os.environ[key] = str(value)
+    return previous

@@ -1,0 +1,435 @@
+"""ComputationModel: the public algorithm of every collective, written once.
+
+A backend subclasses it and supplies only primitives (``_do_all_reduce``,
+``_do_all_gather``, ``_do_broadcast``, ``_do_barrier``, ``_make_group`` and the
+queries). Everything else is here, so every model validates, converts and fails
+the same way: type dispatch, number and string encoding, device round trips,
+group resolution and caching, and the error texts.
+"""
+
+from __future__ import annotations
+
+import pickle
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Final
+
+import torch
+from typing_extensions import Self
+
+from distbridge._types import Group, SpawnResult
+from distbridge.models import _codec as codec
+from distbridge.models._groups import GroupCache
+
+__all__ = ["NOT_A_MEMBER", "ComputationModel"]
+
+NOT_A_MEMBER: Final = GroupCache.NOT_A_MEMBER
+_HEADER_LEN = 4  # broadcast header: kind, then up to three int64 fields
+
+
+class ComputationModel(ABC):
+    """A distributed backend. Subclass and register it to add one.
+
+    Class attributes:
+        name: the ``model_name()`` string, e.g. ``"native-dist"``.
+        backends: the backend strings this model runs.
+        priority: detection order, highest first.
+        reduce_ops: the reductions the model accepts (AVG is emulated unless ``_native_avg``).
+    """
+
+    name: ClassVar[str]
+    backends: ClassVar[tuple[str, ...]]
+    priority: ClassVar[int] = 0
+    reduce_ops: ClassVar[frozenset[str]] = frozenset(
+        ("SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "AVG")
+    )
+
+    def __init__(self) -> None:
+        self._groups = GroupCache(self)
+
+    # ---- class level: availability, adoption, creation, launching -------------------------
+
+    @classmethod
+    @abstractmethod
+    def is_available(cls) -> bool:
+        """Whether this model's dependency is installed and usable."""
+
+    @classmethod
+    def available_backends(cls) -> tuple[str, ...]:
+        """The backends of this model that can run on this machine."""
+        return cls.backends if cls.is_available() else ()
+
+    @classmethod
+    def unavailable_reason(cls, backend: str) -> str | None:
+        """Why ``backend`` cannot run here, or None when it can."""
+        return None if backend in cls.available_backends() else f"{cls.__name__} is unavailable"
+
+    @classmethod
+    @abstractmethod
+    def has_context(cls) -> bool:
+        """Cheap, allocation-free probe: does a context this model could adopt exist?"""
+
+    @classmethod
+    @abstractmethod
+    def from_context(cls) -> Self | None:
+        """Adopt a live context created outside distbridge; never communicates."""
+
+    @classmethod
+    @abstractmethod
+    def from_backend(cls, backend: str, **kwargs: Any) -> Self:
+        """Create a context for ``backend`` (the work of ``initialize``)."""
+
+    @classmethod
+    @abstractmethod
+    def spawn(
+        cls,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs_dict: Mapping[str, Any],
+        nproc_per_node: int,
+        **kwargs: Any,
+    ) -> SpawnResult:
+        """Start ``nproc_per_node`` workers running ``fn(local_rank, *args, **kwargs_dict)``."""
+
+    # ---- instance: where am I --------------------------------------------------------------
+
+    @abstractmethod
+    def is_current(self) -> bool:
+        """Cheap check that this model's context is still the live one."""
+
+    @abstractmethod
+    def backend(self) -> str | None:
+        """The backend string, None for the serial model."""
+
+    @abstractmethod
+    def get_rank(self) -> int: ...
+    @abstractmethod
+    def get_world_size(self) -> int: ...
+    @abstractmethod
+    def get_local_rank(self) -> int: ...
+    @abstractmethod
+    def get_nproc_per_node(self) -> int: ...
+    @abstractmethod
+    def get_nnodes(self) -> int: ...
+    @abstractmethod
+    def get_node_rank(self) -> int: ...
+    @abstractmethod
+    def device(self) -> torch.device: ...
+
+    def set_local_rank(self, index: int) -> None:
+        """Override the local rank this model reports (``idist.set_local_rank``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not take a local rank hint.")
+
+    @abstractmethod
+    def finalize(self) -> None:
+        """Tear down the context this model created and undo its side effects."""
+
+    # ---- primitives a backend supplies -------------------------------------------------------
+
+    @abstractmethod
+    def _collective_device(self) -> torch.device:
+        """Where numbers, strings and headers are encoded for this backend's collectives."""
+
+    def _native_avg(self) -> bool:
+        """Whether the backend averages itself; otherwise AVG is SUM divided by the group size."""
+        return False
+
+    def _placement(self, tensor: torch.Tensor) -> torch.device:
+        """The device on which the backend can reduce ``tensor`` (default: the collective one)."""
+        return self._collective_device()
+
+    @abstractmethod
+    def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor: ...
+    @abstractmethod
+    def _do_all_gather(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
+        """Concatenate every member's ``tensor`` (same shape everywhere) along dim 0."""
+
+    @abstractmethod
+    def _do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor: ...
+    @abstractmethod
+    def _do_barrier(self, group: Any) -> None: ...
+    @abstractmethod
+    def _make_group(self, ranks: tuple[int, ...], **kwargs: Any) -> Any:
+        """Create a group of ``ranks`` (sorted, unique, validated); every rank calls this."""
+
+    @abstractmethod
+    def _check_group(self, group: object) -> None:
+        """TypeError unless ``group`` is a group object of this backend."""
+
+    @abstractmethod
+    def _group_size(self, group: Any) -> int:
+        """Number of ranks in ``group`` (None: the world)."""
+
+    @abstractmethod
+    def _group_rank(self, group: Any) -> int:
+        """This process's rank within ``group`` (None: the world); -1 if not a member."""
+
+    @abstractmethod
+    def _group_members(self, group: Any) -> tuple[int, ...]:
+        """Global ranks of the members of ``group`` (None: the world), in group-rank order."""
+
+    # ---- public collectives ------------------------------------------------------------------
+
+    def all_reduce(self, x: Any, op: str = "SUM", group: Group | None = None) -> Any:
+        """Reduce ``x`` across ranks; see ``distbridge.all_reduce``."""
+        name = codec.canonical_op(op, self.reduce_ops, self.name)
+        if isinstance(x, torch.Tensor):
+            _check_reducible(x, name)
+            resolved = self._groups.resolve(group)
+            if resolved is NOT_A_MEMBER:
+                return x
+            return self._reduce_tensor(x, name, resolved)
+        kind = codec.kind_of(x)
+        if kind not in codec.NUMBER_KINDS:
+            raise TypeError(
+                f"all_reduce takes a tensor or a Python number (int, float, bool), "
+                f"got {type(x).__name__}: {x!r}."
+            )
+        if kind == codec.KIND_FLOAT and name in ("AND", "OR"):
+            raise TypeError(f"Reduction {name} needs an int or bool, got float {x!r}.")
+        resolved = self._groups.resolve(group)
+        if resolved is NOT_A_MEMBER:
+            return x
+        dtype = torch.float64 if kind == codec.KIND_FLOAT or name == "AVG" else torch.int64
+        value = float(x) if dtype is torch.float64 else codec.encode_number(x, kind)
+        tensor = torch.tensor([value], dtype=dtype, device=self._collective_device())
+        result = self._reduce_tensor(tensor, name, resolved).item()
+        if name == "AVG" or kind == codec.KIND_FLOAT:
+            return float(result)
+        if kind == codec.KIND_BOOL and name in ("AND", "OR", "MIN", "MAX"):
+            return bool(result)
+        return int(result)
+
+    def all_gather(self, x: Any, group: Group | None = None) -> Any:
+        """Gather ``x`` from every rank; see ``distbridge.all_gather``."""
+        resolved = self._groups.resolve(group)
+        if isinstance(x, torch.Tensor):
+            _check_dense(x, "all_gather")
+            if resolved is NOT_A_MEMBER:
+                return x
+            return self._gather_tensor(x.unsqueeze(0) if x.dim() == 0 else x, resolved)
+        if resolved is NOT_A_MEMBER:
+            return [x]
+        return self._gather_values(x, resolved)
+
+    def broadcast(
+        self, x: Any, src: int = 0, safe_mode: bool = False, group: Group | None = None
+    ) -> Any:
+        """Send ``x`` from rank ``src`` to every rank; see ``distbridge.broadcast``."""
+        resolved = self._groups.resolve(group)
+        self._check_src(src, resolved)
+        if resolved is NOT_A_MEMBER:
+            return x
+        is_src = self.get_rank() == src
+        if isinstance(x, torch.Tensor) and not safe_mode:
+            _check_dense(x, "broadcast")
+            work = self._to_placement(x)
+            out = self._do_broadcast(work, src, resolved)
+            return _write_back(x, out)
+        if x is None and (is_src or not safe_mode):
+            where = "the source rank" if is_src else f"rank {self.get_rank()}"
+            hint = "" if is_src else " Pass safe_mode=True to let non-source ranks pass None."
+            raise ValueError(f"broadcast got None on {where} (src={src}).{hint}")
+        return self._broadcast_value(x if is_src else None, src, resolved)
+
+    def barrier(self, group: Group | None = None) -> None:
+        """Wait until every rank of ``group`` arrives; see ``distbridge.barrier``."""
+        resolved = self._groups.resolve(group)
+        if resolved is not NOT_A_MEMBER:
+            self._do_barrier(resolved)
+
+    def new_group(self, ranks: Sequence[int], **kwargs: Any) -> Any:
+        """A group of ``ranks``, created once per distinct rank set and options, then reused."""
+        return self._groups.get(ranks, **kwargs)
+
+    def all_gather_tensors_with_shapes(
+        self, tensor: torch.Tensor, shapes: Sequence[Sequence[int]], group: Group | None = None
+    ) -> list[torch.Tensor]:
+        """Gather tensors whose shapes differ across ranks; ``shapes[i]`` is group rank i's."""
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}.")
+        resolved = self._groups.resolve(group)
+        if resolved is NOT_A_MEMBER:
+            return [tensor]
+        size, me = self._group_size(resolved), self._group_rank(resolved)
+        shape_list = [tuple(int(d) for d in s) for s in shapes]
+        if len(shape_list) != size:
+            raise ValueError(f"shapes has {len(shape_list)} entries; the group has {size} ranks.")
+        if shape_list[me] != tuple(tensor.shape):
+            raise ValueError(
+                f"shapes[{me}] is {shape_list[me]} but this rank's tensor has shape "
+                f"{tuple(tensor.shape)}; shapes[i] must be group rank i's shape."
+            )
+        if any(len(s) != tensor.dim() for s in shape_list):
+            raise ValueError(f"Every shape must have {tensor.dim()} dimensions: {shape_list}.")
+        max_shape = [max(dims) for dims in zip(*shape_list)] if tensor.dim() else []
+        padded = tensor.new_zeros([1, *max_shape])
+        padded[(0, *(slice(0, d) for d in tensor.shape))] = tensor
+        gathered = self._gather_tensor(padded, resolved)
+        return [gathered[(i, *(slice(0, d) for d in s))] for i, s in enumerate(shape_list)]
+
+    # ---- the shared algorithm ----------------------------------------------------------------
+
+    def _to_placement(self, tensor: torch.Tensor) -> torch.Tensor:
+        device = self._placement(tensor)
+        moved = tensor if tensor.device == device else tensor.to(device)
+        return moved.contiguous()
+
+    def _gather_tensor(self, x: torch.Tensor, group: Any) -> torch.Tensor:
+        out = self._do_all_gather(self._to_placement(x), group)
+        return out if out.device == x.device else out.to(x.device)
+
+    def _reduce_tensor(self, x: torch.Tensor, op: str, group: Any) -> torch.Tensor:
+        work = self._to_placement(x)
+        if op == "AVG" and not self._native_avg():
+            out = self._do_all_reduce(work, "SUM", group)
+            out.div_(self._group_size(group))
+        else:
+            out = self._do_all_reduce(work, op, group)
+        return _write_back(x, out)
+
+    def _check_src(self, src: object, group: Any) -> None:
+        if not isinstance(src, int) or isinstance(src, bool):
+            raise TypeError(f"src must be an int rank, got {src!r}.")
+        world = self.get_world_size()
+        if not 0 <= src < world:
+            raise ValueError(f"src={src} is not a rank of this world of size {world}.")
+        if group is not None and group is not NOT_A_MEMBER:
+            members = self._group_members(group)
+            if src not in members:
+                raise ValueError(f"src={src} is not a member of the group {list(members)}.")
+
+    def _int64(self, fields: Sequence[int]) -> torch.Tensor:
+        return torch.tensor(list(fields), dtype=torch.int64, device=self._collective_device())
+
+    def _bytes_tensor(self, data: bytes | int) -> torch.Tensor:
+        device = self._collective_device()
+        if isinstance(data, int):
+            return torch.empty(data, dtype=torch.uint8, device=device)
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
+
+    def _broadcast_value(self, value: Any, src: int, group: Any) -> Any:
+        """Broadcast a non-tensor value, or a tensor in safe mode; ``value`` is None off src."""
+        is_src = value is not None
+        fields: list[int] = [0]
+        payload = b""
+        if is_src:
+            kind = codec.KIND_TENSOR if isinstance(value, torch.Tensor) else codec.kind_of(value)
+            if kind == codec.KIND_TENSOR:
+                _check_dense(value, "broadcast")
+                fields = [kind, codec.dtype_code(value.dtype), value.dim()]
+            elif kind in codec.NUMBER_KINDS:
+                fields = [kind, codec.encode_number(value, kind)]
+            elif kind in (codec.KIND_STR, codec.KIND_PATH):
+                payload = str(value).encode("utf-8")
+                fields = [kind, len(payload)]
+            else:
+                raise TypeError(
+                    "broadcast takes a tensor, a number, a str or a Path, got "
+                    f"{type(value).__name__}. Use broadcast_object for other objects."
+                )
+        padded = [*fields, *[0] * (_HEADER_LEN - len(fields))]
+        header = self._do_broadcast(self._int64(padded), src, group).tolist()
+        kind = header[0]
+        if kind in codec.NUMBER_KINDS:
+            return value if is_src else codec.decode_number(header[1], kind)
+        if kind in (codec.KIND_STR, codec.KIND_PATH):
+            data = self._bytes_tensor(payload if is_src else header[1])
+            data = self._do_broadcast(data, src, group)
+            if is_src:
+                return value
+            text = data.cpu().numpy().tobytes().decode("utf-8")
+            return text if kind == codec.KIND_STR else codec.decode_path(text)
+        if kind == codec.KIND_TENSOR:
+            dtype, ndim = codec.dtype_from_code(header[1]), header[2]
+            shape_t = self._int64(list(value.shape) if is_src else [0] * ndim)
+            if ndim:
+                shape_t = self._do_broadcast(shape_t, src, group)
+            if is_src:
+                return _write_back(value, self._do_broadcast(self._to_placement(value), src, group))
+            empty = torch.empty(shape_t.tolist(), dtype=dtype, device=self.device())
+            return _write_back(empty, self._do_broadcast(self._to_placement(empty), src, group))
+        raise ValueError(f"Received an unknown broadcast header {header}: a desynchronized job?")
+
+    def _gather_values(self, value: Any, group: Any) -> list[Any]:
+        """All-gather non-tensor values; each comes back with its sender's exact type."""
+        kind = codec.kind_of(value)
+        payload = b""
+        if kind in codec.NUMBER_KINDS:
+            second = codec.encode_number(value, kind)
+        else:
+            if kind in (codec.KIND_STR, codec.KIND_PATH):
+                payload = str(value).encode("utf-8")
+            else:
+                payload = pickle.dumps(value, protocol=5)
+            second = len(payload)
+        header = self._do_all_gather(self._int64([kind, second]), group).view(-1, 2).tolist()
+        categories = {_category(k) for k, _ in header}
+        if len(categories) > 1:
+            # Every rank sees the same header table, so every rank raises here together.
+            table = ", ".join(f"rank {r}: {codec.KIND_NAMES[k]}" for r, (k, _) in enumerate(header))
+            raise TypeError(f"all_gather got values of different kinds across ranks ({table}).")
+        if categories == {"number"}:
+            return [codec.decode_number(bits, k) for k, bits in header]
+        chunks = self._gather_bytes(payload, [n for _, n in header], group)
+        out: list[Any] = []
+        for (k, _), chunk in zip(header, chunks):
+            if k == codec.KIND_OBJECT:
+                out.append(pickle.loads(chunk))  # every rank asked for objects (same category)
+            else:
+                text = chunk.decode("utf-8")
+                out.append(text if k == codec.KIND_STR else codec.decode_path(text))
+        return out
+
+    def _gather_bytes(self, payload: bytes, sizes: Sequence[int], group: Any) -> list[bytes]:
+        """All-gather byte strings whose lengths ``sizes`` every rank already knows."""
+        longest = max(sizes)
+        if longest == 0:
+            return [b"" for _ in sizes]
+        padded = self._bytes_tensor(longest)
+        padded[len(payload) :] = 0
+        if payload:
+            padded[: len(payload)] = self._bytes_tensor(payload)
+        rows = self._do_all_gather(padded, group).view(len(sizes), longest).cpu().numpy()
+        return [rows[i, :n].tobytes() for i, n in enumerate(sizes)]
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(backend={self.backend()!r}, rank={self.get_rank()}, "
+            f"world_size={self.get_world_size()})"
+        )
+
+
+def _category(kind: int) -> str:
+    if kind in codec.NUMBER_KINDS:
+        return "number"
+    if kind in (codec.KIND_STR, codec.KIND_PATH):
+        return "text"
+    return "object"
+
+
+def _check_dense(tensor: torch.Tensor, what: str) -> None:
+    if tensor.layout != torch.strided:
+        raise TypeError(f"{what} needs a dense (strided) tensor, got layout {tensor.layout}.")
+
+
+def _check_reducible(tensor: torch.Tensor, op: str) -> None:
+    _check_dense(tensor, "all_reduce")
+    dtype = tensor.dtype
+    if op in ("AND", "OR") and (dtype.is_floating_point or dtype.is_complex):
+        raise TypeError(f"Reduction {op} needs a bool or integer tensor, got dtype {dtype}.")
+    if op == "AVG" and not (dtype.is_floating_point or dtype.is_complex):
+        raise TypeError(
+            f"Reduction AVG needs a floating-point tensor, got dtype {dtype}: an integer "
+            "average would be truncated. Convert with .double() or use SUM."
+        )
+    if op in ("MIN", "MAX") and dtype.is_complex:
+        raise TypeError(f"Reduction {op} is undefined for complex dtype {dtype}.")
+
+
+def _write_back(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Make ``x`` hold ``out`` (when the collective worked on a copy) and return ``x``."""
+    if out is not x:
+        with torch.no_grad():
+            x.copy_(out)
+    return x

@@ -1,0 +1,328 @@
+"""NativeModel: torch.distributed with the nccl, gloo or mpi backend.
+
+Where a process sits in the job (local rank, processes per node, nodes) comes
+from the launcher's environment (``distbridge.environments``). Only when the
+environment does not say, ``initialize`` asks the peers once, through the
+store; adopting a context never communicates.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any, ClassVar
+
+import torch
+import torch.distributed as dist
+from typing_extensions import Self, override
+
+from distbridge import environments
+from distbridge._types import SpawnResult
+from distbridge.errors import BackendUnavailableError, DistributedError
+from distbridge.models._layout import Layout, export_layout, layout_from_env, layout_from_store
+from distbridge.models._native_init import init_process_group
+from distbridge.models.base import ComputationModel
+
+__all__ = ["NativeModel"]
+
+_CPU = torch.device("cpu")
+_INIT_KWARGS = ("timeout", "init_method", "rank", "world_size")
+
+if dist.is_available():
+    from torch.distributed import distributed_c10d as _c10d
+
+    _OPS = {
+        "SUM": dist.ReduceOp.SUM,
+        "PRODUCT": dist.ReduceOp.PRODUCT,
+        "MIN": dist.ReduceOp.MIN,
+        "MAX": dist.ReduceOp.MAX,
+        "AND": dist.ReduceOp.BAND,
+        "OR": dist.ReduceOp.BOR,
+        "AVG": dist.ReduceOp.AVG,
+    }
+    _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    _NON_MEMBER = dist.GroupMember.NON_GROUP_MEMBER
+
+
+    if hasattr(_c10d._world, "_default_pg"):
+        _WORLD = _c10d._world
+
+        def _default_pg() -> Any:
+            """The live default process group, read without torch's property chain (hot path)."""
+            return _WORLD._default_pg
+
+    else:  # pragma: no cover - older or newer torch without the private attribute
+
+        def _default_pg() -> Any:
+            return dist.GroupMember.WORLD
+
+
+def _as_timeout(timeout: object) -> timedelta | None:
+    if timeout is None or isinstance(timeout, timedelta):
+        if isinstance(timeout, timedelta) and timeout.total_seconds() <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout!r}.")
+        return timeout
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        if timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}.")
+        return timedelta(seconds=timeout)
+    raise TypeError(f"timeout must be a datetime.timedelta or seconds, got {timeout!r}.")
+
+
+def _backend_of(pg: Any) -> str | None:
+    """"gloo", "nccl" or "mpi" for a process group of this model; None for others (e.g. xla)."""
+    name = str(dist.get_backend(pg)).lower()
+    for backend in NativeModel.backends:
+        if backend in name:
+            return backend
+    return None
+
+
+class NativeModel(ComputationModel):
+    """torch.distributed: nccl, gloo or mpi."""
+
+    name: ClassVar[str] = "native-dist"
+    backends: ClassVar[tuple[str, ...]] = ("nccl", "gloo", "mpi")
+    priority: ClassVar[int] = 0
+
+    def __init__(
+        self,
+        backend: str,
+        layout: Layout,
+        *,
+        env_set: Mapping[str, str | None] | None = None,
+    ) -> None:
+        super().__init__()
+        self._backend = backend
+        self._pg = _default_pg()
+        self._layout = layout
+        self._env_restore = dict(env_set or {})
+        on_gpu = torch.cuda.is_available() and (backend == "nccl" or layout.local_rank >= 0)
+        self._device = torch.device(f"cuda:{layout.local_rank}") if on_gpu else _CPU
+        if backend != "nccl" and on_gpu and layout.local_rank >= torch.cuda.device_count():
+            self._device = _CPU
+
+    # ---- class level -----------------------------------------------------------------------
+
+    @classmethod
+    @override
+    def is_available(cls) -> bool:
+        return dist.is_available()
+
+    @classmethod
+    @override
+    def available_backends(cls) -> tuple[str, ...]:
+        return tuple(b for b in cls.backends if cls.unavailable_reason(b) is None)
+
+    @classmethod
+    @override
+    def unavailable_reason(cls, backend: str) -> str | None:
+        if not dist.is_available():
+            return "this torch build has no torch.distributed (torch.distributed.is_available())"
+        if backend == "gloo" and not dist.is_gloo_available():
+            return "this torch build has no Gloo (torch.distributed.is_gloo_available() is False)"
+        if backend == "nccl":
+            if not dist.is_nccl_available():
+                return (
+                    "this torch build has no NCCL (torch.distributed.is_nccl_available() is False; "
+                    "CPU-only wheels lack it). Install a CUDA build of torch, or use 'gloo'"
+                )
+            if not torch.cuda.is_available():
+                return "NCCL needs a CUDA GPU and torch.cuda.is_available() is False here; use 'gloo'"
+        if backend == "mpi" and not dist.is_mpi_available():
+            return (
+                "torch was built without MPI (torch.distributed.is_mpi_available() is False; "
+                "pip wheels never include it). Build torch from source with MPI, or use 'gloo' "
+                "under mpirun"
+            )
+        return None
+
+    @classmethod
+    @override
+    def has_context(cls) -> bool:
+        return dist.is_available() and _default_pg() is not None
+
+    @classmethod
+    @override
+    def from_context(cls) -> Self | None:
+        if not cls.has_context():
+            return None
+        backend = _backend_of(None)
+        if backend is None:
+            return None
+        rank, world = dist.get_rank(), dist.get_world_size()
+        return cls(backend, layout_from_env(environments.detect(), rank, world))
+
+    @classmethod
+    @override
+    def from_backend(cls, backend: str, **kwargs: Any) -> Self:
+        unknown = sorted(set(kwargs) - set(_INIT_KWARGS))
+        if unknown:
+            raise TypeError(
+                f"initialize({backend!r}) got unexpected keyword arguments {unknown}; "
+                f"the native backends take {', '.join(_INIT_KWARGS)}."
+            )
+        reason = cls.unavailable_reason(backend) if backend in cls.backends else "unknown"
+        if reason is not None:
+            raise BackendUnavailableError(f"Backend {backend!r} is not available: {reason}.")
+        if dist.is_initialized():
+            raise DistributedError(
+                f"torch.distributed is already initialized (backend "
+                f"{dist.get_backend()!r}); call distbridge.finalize() before initialize()."
+            )
+        init_process_group(
+            backend,
+            timeout=_as_timeout(kwargs.get("timeout")),
+            init_method=kwargs.get("init_method"),
+            rank=kwargs.get("rank"),
+            world_size=kwargs.get("world_size"),
+        )
+        rank, world = dist.get_rank(), dist.get_world_size()
+        layout = layout_from_env(environments.detect(), rank, world, guess=False)
+        if layout is None:
+            layout = layout_from_store(_c10d._get_default_store(), rank, world, socket.gethostname())
+        if backend == "nccl":
+            torch.cuda.set_device(layout.local_rank)
+        return cls(backend, layout, env_set=export_layout(layout))
+
+    @classmethod
+    @override
+    def spawn(
+        cls,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs_dict: Mapping[str, Any],
+        nproc_per_node: int,
+        **kwargs: Any,
+    ) -> SpawnResult:
+        from distbridge.launch.native import spawn_native
+
+        return spawn_native(fn, args, kwargs_dict, nproc_per_node, **kwargs)
+
+    # ---- queries -----------------------------------------------------------------------------
+
+    @override
+    def is_current(self) -> bool:
+        return _default_pg() is self._pg
+
+    @override
+    def backend(self) -> str | None:
+        return self._backend
+
+    @override
+    def get_rank(self) -> int:
+        return self._layout.rank
+
+    @override
+    def get_world_size(self) -> int:
+        return self._layout.world_size
+
+    @override
+    def get_local_rank(self) -> int:
+        return self._layout.local_rank
+
+    @override
+    def get_nproc_per_node(self) -> int:
+        return self._layout.nproc_per_node
+
+    @override
+    def get_nnodes(self) -> int:
+        return self._layout.nnodes
+
+    @override
+    def get_node_rank(self) -> int:
+        return self._layout.node_rank
+
+    @override
+    def device(self) -> torch.device:
+        return self._device
+
+    @override
+    def set_local_rank(self, index: int) -> None:
+        self._layout = self._layout.with_local_rank(index)
+        if self._device.type == "cuda":
+            self._device = torch.device(f"cuda:{index}")
+
+    @override
+    def finalize(self) -> None:
+        if self.is_current():
+            dist.destroy_process_group()
+        self._groups.clear()
+        for key, old in self._env_restore.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+        self._env_restore.clear()
+
+    # ---- primitives --------------------------------------------------------------------------
+
+    @override
+    def _native_avg(self) -> bool:
+        return self._backend == "nccl"
+
+    @override
+    def _collective_device(self) -> torch.device:
+        return self._device if self._backend == "nccl" else _CPU
+
+    @override
+    def _placement(self, tensor: torch.Tensor) -> torch.device:
+        if self._backend == "nccl":
+            return self._device
+        return tensor.device if tensor.device.type in ("cpu", "cuda") else _CPU
+
+    @override
+    def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
+        dist.all_reduce(tensor, op=_OPS[op], group=group)
+        return tensor
+
+    @override
+    def _do_all_gather(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
+        size = self._group_size(group)
+        out = tensor.new_empty((size * tensor.shape[0], *tensor.shape[1:]))
+        _all_gather_single(out, tensor, group=group)
+        return out
+
+    @override
+    def _do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor:
+        dist.broadcast(tensor, src=src, group=group)
+        return tensor
+
+    @override
+    def _do_barrier(self, group: Any) -> None:
+        if self._backend == "nccl":
+            dist.barrier(group=group, device_ids=[self._layout.local_rank])
+        else:
+            dist.barrier(group=group)
+
+    @override
+    def _make_group(self, ranks: tuple[int, ...], **kwargs: Any) -> Any:
+        return dist.new_group(ranks=list(ranks), **kwargs)
+
+    @override
+    def _check_group(self, group: object) -> None:
+        if not isinstance(group, dist.ProcessGroup) and group != _NON_MEMBER:
+            raise TypeError(
+                "group must be None, a list of ranks or a torch.distributed.ProcessGroup, "
+                f"got {group!r}."
+            )
+
+    @override
+    def _group_size(self, group: Any) -> int:
+        return self._layout.world_size if group is None else dist.get_world_size(group)
+
+    @override
+    def _group_rank(self, group: Any) -> int:
+        if group is None:
+            return self._layout.rank
+        if not isinstance(group, dist.ProcessGroup):  # GroupMember.NON_GROUP_MEMBER
+            return -1
+        return dist.get_rank(group)
+
+    @override
+    def _group_members(self, group: Any) -> tuple[int, ...]:
+        if group is None:
+            return tuple(range(self._layout.world_size))
+        return tuple(dist.get_process_group_ranks(group))
