@@ -41,7 +41,6 @@ from distbridge._registry import RegisteredModels, registry
 from distbridge.errors import (
     BackendUnavailableError,
     DistributedError,
-    NotInitializedError,
     SpawnTimeoutError,
     WorkerFailedError,
 )
@@ -65,7 +64,6 @@ __all__ = [
     "BackendUnavailableError",
     "ComputationModel",
     "DistributedError",
-    "NotInitializedError",
     "Parallel",
     "SpawnTimeoutError",
     "WorkerFailedError",

@@ -115,7 +115,7 @@ def initialize(backend: str, **kwargs: Any) -> None:
 
     Under a launcher (torchrun, ``spawn``'s workers) the rank and world come from its
     environment; with no launcher and no arguments, a world of one is created (no port is
-    opened). Undo it with :func:`finalize`.
+    opened). Undo it with `finalize()`.
 
     Args:
         backend: "gloo", "nccl", "mpi", "xla-tpu", "horovod", ...
@@ -172,7 +172,7 @@ def spawn(
     in an initialized context of ``backend``, and wait for them.
 
     A supervisor watches the workers: when one raises or dies, the others are stopped
-    within seconds and :class:`~distbridge.errors.WorkerFailedError` names the rank and
+    within seconds and `WorkerFailedError` names the rank and
     shows its traceback. Ctrl-C and SIGTERM stop every worker; no process outlives the call.
 
     Args:
@@ -191,13 +191,15 @@ def spawn(
         Every worker's return value on this machine, in local-rank order.
 
     Example:
-        >>> def work(local_rank, base):                      # doctest: +SKIP
+        >>> def work(local_rank, base):
         ...     return base + idist.get_rank()
-        >>> idist.spawn("gloo", work, args=(10,), nproc_per_node=2)  # doctest: +SKIP
+        >>> idist.spawn("gloo", work, args=(10,), nproc_per_node=2)
         [10, 11]
     """
     model = registry.for_backend(backend)
-    return model.spawn(fn, tuple(args), kwargs_dict or {}, nproc_per_node, backend=backend, **kwargs)
+    return model.spawn(
+        fn, tuple(args), kwargs_dict or {}, nproc_per_node, backend=backend, **kwargs
+    )
 
 
 _log = logging.getLogger("distbridge")
@@ -228,50 +230,53 @@ def show_config() -> None:
 
 
 @overload
-def all_reduce(x: torch.Tensor, op: str = "SUM", group: Group | None = None) -> torch.Tensor: ...
+def all_reduce(
+    tensor: torch.Tensor, op: str = "SUM", group: Group | None = None
+) -> torch.Tensor: ...
 @overload
-def all_reduce(x: int, op: _AVG, group: Group | None = None) -> float: ...  # type: ignore[overload-overlap]
+def all_reduce(tensor: int, op: _AVG, group: Group | None = None) -> float: ...  # type: ignore[overload-overlap]
 @overload
-def all_reduce(x: int, op: str = "SUM", group: Group | None = None) -> int: ...
+def all_reduce(tensor: int, op: str = "SUM", group: Group | None = None) -> int: ...
 @overload
-def all_reduce(x: float, op: str = "SUM", group: Group | None = None) -> float: ...
-def all_reduce(x: Any, op: str = "SUM", group: Group | None = None) -> Any:
-    """Reduce ``x`` over the ranks of ``group`` (default: all) and give every rank the result.
+def all_reduce(tensor: float, op: str = "SUM", group: Group | None = None) -> float: ...
+def all_reduce(tensor: Any, op: str = "SUM", group: Group | None = None) -> Any:
+    """Reduce ``tensor`` over the ranks of ``group`` (default: all); every rank gets the result.
 
     Args:
-        x: a tensor (reduced in place, like ``torch.distributed.all_reduce``, and returned on
+        tensor: a tensor (reduced in place, like ``torch.distributed.all_reduce``, and returned on
             its own device), or a Python number (an int stays an int, a float is reduced
             in float64, a bool stays a bool under AND / OR / MIN / MAX).
         op: "SUM", "PRODUCT", "MIN", "MAX", "AND", "OR" (bitwise on ints) or "AVG" (also
             "AVERAGE"; floats only for tensors; a number's average is a float).
             Case-insensitive. Horovod adds "ADASUM".
         group: None for every rank, a list of ranks (the group is created once and cached),
-            or a backend group object. Ranks outside the group get ``x`` back unchanged.
+            or a backend group object. Ranks outside the group get ``tensor`` back unchanged.
 
     Note:
-        Without a distributed context, returns ``x`` (validated as on any backend).
+        Without a distributed context, returns ``tensor`` (validated as on any backend).
 
     Example:
-        >>> idist.all_reduce(idist.get_rank() + 1)  # doctest: +SKIP
+        >>> idist.all_reduce(idist.get_rank() + 1)
         3   # on each of 2 ranks
     """
-    return current().all_reduce(x, op, group)
+    return current().all_reduce(tensor, op, group)
 
 
 @overload
-def all_gather(x: torch.Tensor, group: Group | None = None) -> torch.Tensor: ...
+def all_gather(tensor: torch.Tensor, group: Group | None = None) -> torch.Tensor: ...
 @overload
-def all_gather(x: bool, group: Group | None = None) -> list[bool]: ...
+def all_gather(tensor: bool, group: Group | None = None) -> list[bool]: ...
 @overload
-def all_gather(x: int, group: Group | None = None) -> list[int]: ...
+def all_gather(tensor: int, group: Group | None = None) -> list[int]: ...
 @overload
-def all_gather(x: float, group: Group | None = None) -> list[float]: ...
+def all_gather(tensor: float, group: Group | None = None) -> list[float]: ...
 @overload
-def all_gather(x: str, group: Group | None = None) -> list[str]: ...
+def all_gather(tensor: str, group: Group | None = None) -> list[str]: ...
 @overload
-def all_gather(x: Any, group: Group | None = None) -> list[Any]: ...
-def all_gather(x: Any, group: Group | None = None) -> Any:
-    """Collect ``x`` from every rank of ``group``.
+def all_gather(tensor: Any, group: Group | None = None) -> list[Any]: ...
+def all_gather(tensor: Any, group: Group | None = None) -> Any:
+    """Collect ``tensor`` (a tensor, number, str, Path or any picklable object) from every rank
+    of ``group``.
 
     Returns:
         For a tensor of shape (n, ...): a tensor of shape (group_size * n, ...), rank order
@@ -282,38 +287,48 @@ def all_gather(x: Any, group: Group | None = None) -> Any:
 
     Note:
         Without a distributed context: a tensor comes back as a copy (0-dim: shape (1,)),
-        anything else as ``[x]``. Objects are pickled: unpickling runs code from the sender,
+        anything else as a one-item list. Objects are pickled: unpickling runs code from the sender,
         so gather objects only from ranks you trust (your own job).
 
     Example:
-        >>> idist.all_gather(f"rank{idist.get_rank()}")  # doctest: +SKIP
+        >>> idist.all_gather(f"rank{idist.get_rank()}")
         ['rank0', 'rank1']   # on each of 2 ranks
     """
-    return current().all_gather(x, group)
+    return current().all_gather(tensor, group)
 
 
 @overload
 def broadcast(
-    x: torch.Tensor, src: int = 0, safe_mode: bool = False, group: Group | None = None
+    tensor: torch.Tensor, src: int = 0, safe_mode: bool = False, group: Group | None = None
 ) -> torch.Tensor: ...
 @overload
-def broadcast(x: bool, src: int = 0, safe_mode: bool = False, group: Group | None = None) -> bool: ...
-@overload
-def broadcast(x: int, src: int = 0, safe_mode: bool = False, group: Group | None = None) -> int: ...
+def broadcast(
+    tensor: bool, src: int = 0, safe_mode: bool = False, group: Group | None = None
+) -> bool: ...
 @overload
 def broadcast(
-    x: float, src: int = 0, safe_mode: bool = False, group: Group | None = None
+    tensor: int, src: int = 0, safe_mode: bool = False, group: Group | None = None
+) -> int: ...
+@overload
+def broadcast(
+    tensor: float, src: int = 0, safe_mode: bool = False, group: Group | None = None
 ) -> float: ...
 @overload
-def broadcast(x: str, src: int = 0, safe_mode: bool = False, group: Group | None = None) -> str: ...
+def broadcast(
+    tensor: str, src: int = 0, safe_mode: bool = False, group: Group | None = None
+) -> str: ...
 @overload
 def broadcast(
-    x: PurePath, src: int = 0, safe_mode: bool = False, group: Group | None = None
+    tensor: PurePath, src: int = 0, safe_mode: bool = False, group: Group | None = None
 ) -> Path: ...
 @overload
-def broadcast(x: None, src: int = 0, safe_mode: bool = True, group: Group | None = None) -> Any: ...
-def broadcast(x: Any, src: int = 0, safe_mode: bool = False, group: Group | None = None) -> Any:
-    """Give every rank of ``group`` the value ``x`` of rank ``src`` (a global rank).
+def broadcast(
+    tensor: None, src: int = 0, safe_mode: bool = True, group: Group | None = None
+) -> Any: ...
+def broadcast(
+    tensor: Any, src: int = 0, safe_mode: bool = False, group: Group | None = None
+) -> Any:
+    """Give every rank of ``group`` the value ``tensor`` of rank ``src`` (a global rank).
 
     Numbers, str and Path arrive with the source's exact type and value, whatever the other
     ranks passed. A tensor is received in place into each rank's tensor (same shape and
@@ -321,13 +336,14 @@ def broadcast(x: Any, src: int = 0, safe_mode: bool = False, group: Group | None
     first and the other ranks may pass None (they get a new tensor on ``device()``).
 
     Note:
-        Without a distributed context, returns ``x`` (``src`` must be 0).
+        Without a distributed context, returns ``tensor`` (``src`` must be 0).
 
     Example:
-        >>> idist.broadcast(0.1 if idist.get_rank() == 0 else None, safe_mode=True)  # doctest: +SKIP
+        >>> value = 0.1 if idist.get_rank() == 0 else None
+        >>> idist.broadcast(value, safe_mode=True)
         0.1   # on every rank, exactly
     """
-    return current().broadcast(x, src, safe_mode, group)
+    return current().broadcast(tensor, src, safe_mode, group)
 
 
 def barrier(group: Group | None = None) -> None:
@@ -356,7 +372,7 @@ def all_gather_tensors_with_shapes(
     Args:
         tensor: this rank's tensor; its shape must be ``shapes[group rank]``.
         shapes: the shape of every group member's tensor, in group-rank order.
-        group: as in :func:`all_reduce`.
+        group: as in `all_reduce`.
 
     Returns:
         One tensor per group member, each with its own shape.

@@ -18,7 +18,7 @@ from distbridge.errors import BackendUnavailableError, suggest
 if TYPE_CHECKING:
     from distbridge.models.base import ComputationModel
 
-__all__ = ["ENTRY_POINT_GROUP", "Registry", "RegisteredModels", "registry"]
+__all__ = ["ENTRY_POINT_GROUP", "RegisteredModels", "Registry", "registry"]
 
 ENTRY_POINT_GROUP = "distbridge.computation_models"
 _DISABLE_PLUGINS_VAR = "DISTBRIDGE_DISABLE_PLUGINS"
@@ -29,7 +29,11 @@ class Registry:
 
     def __init__(self) -> None:
         self._models: list[type[ComputationModel]] = []
+        self._plugin_models: list[type[ComputationModel]] = []
         self._plugins_loaded = False
+        #: ``has_context`` of every model that can have a context (read on the hot path).
+        #: Until plug-ins are loaded, it holds one probe that loads them first.
+        self.probes: tuple[Callable[[], bool], ...] = (self._load_plugins_then_probe,)
 
     def register(self, model: type[ComputationModel], *, replace: bool = False) -> None:
         """Add ``model``. A model whose name or backends clash with a registered one is refused
@@ -47,12 +51,14 @@ class Registry:
             self._models.remove(m)
         self._models.append(model)
         self._models.sort(key=lambda m: -m.priority)
+        self._update_probes()
 
     def unregister(self, model: type[ComputationModel]) -> None:
         """Remove ``model``; ValueError if it was not registered."""
         if model not in self._models:
             raise ValueError(f"{model.__name__} is not registered.")
         self._models.remove(model)
+        self._update_probes()
 
     def models(self) -> tuple[type[ComputationModel], ...]:
         """Every registered model, plug-ins included, highest priority first."""
@@ -98,20 +104,26 @@ class Registry:
                     return found
         return None
 
-    def context_probes(self) -> tuple[Callable[[], bool], ...]:
-        """The ``has_context`` checks of every model that can have a context."""
-        return tuple(m.has_context for m in self.models() if m.backends)
+    def _update_probes(self) -> None:
+        if self._plugins_loaded:
+            self.probes = tuple(m.has_context for m in self._models if m.backends)
+
+    def _load_plugins_then_probe(self) -> bool:
+        self._load_plugins()
+        return any(probe() for probe in self.probes)
 
     def _load_plugins(self) -> None:
         if self._plugins_loaded:
             return
         self._plugins_loaded = True
+        self._update_probes()
         if os.environ.get(_DISABLE_PLUGINS_VAR, "") not in ("", "0"):
             return
         for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
             try:
                 model = entry.load()
                 self.register(model)
+                self._plugin_models.append(model)
             except Exception as err:  # a broken plug-in must not break distbridge
                 warnings.warn(
                     f"distbridge: skipped computation model plug-in {entry.name!r} "
@@ -122,15 +134,19 @@ class Registry:
                 )
 
     def _reset_plugins(self) -> None:
-        """Forget loaded plug-ins so the next query loads them again (for tests)."""
-        from distbridge.models import BUILTIN_MODELS
-
-        self._models = [m for m in self._models if m in BUILTIN_MODELS]
+        """Forget loaded plug-ins so the next query loads them again (for tests); models
+        registered by hand stay."""
+        self._models = [m for m in self._models if m not in self._plugin_models]
+        self._plugin_models.clear()
         self._plugins_loaded = False
+        self.probes = (self._load_plugins_then_probe,)
 
 
 class RegisteredModels(Sequence["type[ComputationModel]"]):
-    """A live, read-only view of the registered model classes (``registered_computation_models``)."""
+    """A live, read-only view of the registered model classes.
+
+    It backs ``distbridge.registered_computation_models``.
+    """
 
     def __init__(self, source: Registry) -> None:
         self._source = source

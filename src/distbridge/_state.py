@@ -15,27 +15,27 @@ from distbridge.models.serial import SerialModel
 __all__ = ["current", "install", "local_rank_hint", "reset", "resync", "set_local_rank_hint"]
 
 
-
 def _serial() -> SerialModel:
-    return SerialModel(registry.context_probes)
+    return SerialModel(registry)
 
 
 _active: ComputationModel = _serial()
+_is_current = _active.is_current  # bound once: the hot path makes no attribute lookups
 _local_rank_hint: int | None = None
 
 
 def current() -> ComputationModel:
     """The active model; adopts a context created outside distbridge on first use."""
-    model = _active
-    if model.is_current():
-        return model
+    if _is_current():
+        return _active
     return resync()
 
 
 def install(model: ComputationModel) -> None:
     """Make ``model`` the active one (used by ``initialize`` and the launchers)."""
-    global _active
+    global _active, _is_current
     _active = model
+    _is_current = model.is_current
 
 
 def resync() -> ComputationModel:

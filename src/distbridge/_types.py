@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import PurePath
-from typing import Any, Literal, Protocol, TypeAlias, TypeVar
-
-import torch
+from typing import Any, Literal, Protocol, TypeAlias
 
 __all__ = ["Group", "Number", "ReduceOp", "Scalar", "SpawnResult", "WorkerFn"]
 
@@ -27,9 +25,6 @@ Scalar: TypeAlias = int | float | bool | str | PurePath
 
 #: What ``spawn`` returns: each worker's return value, in rank order.
 SpawnResult: TypeAlias = list[Any]
-
-T = TypeVar("T")
-TensorT = TypeVar("TensorT", bound=torch.Tensor)
 
 
 class WorkerFn(Protocol):

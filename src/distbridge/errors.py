@@ -1,9 +1,10 @@
 """The exceptions distbridge raises.
 
-Every error derives from :class:`DistributedError` (a ``RuntimeError``), so one
-``except distbridge.DistributedError`` catches them all. Errors about a bad
-argument also derive from ``ValueError`` or ``TypeError``, so code that catches
-those keeps working.
+A bad argument (wrong type, bad op, rank out of range) raises a plain ``TypeError``
+or ``ValueError`` before anything is sent, on every computation model alike. What
+goes wrong in the job itself derives from `DistributedError` (a ``RuntimeError``).
+Errors that are both, such as an unavailable backend, derive from both, so either
+``except`` catches them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from collections.abc import Iterable
 __all__ = [
     "BackendUnavailableError",
     "DistributedError",
-    "NotInitializedError",
     "PicklingError",
     "SpawnTimeoutError",
     "WorkerFailedError",
@@ -28,10 +28,6 @@ class DistributedError(RuntimeError):
 
 class BackendUnavailableError(DistributedError, ValueError):
     """The backend asked for is unknown or cannot run on this machine."""
-
-
-class NotInitializedError(DistributedError):
-    """An operation needs a distributed context and there is none."""
 
 
 class PicklingError(DistributedError, TypeError):

@@ -31,23 +31,17 @@ class LaunchEnvironment:
                 f"{self.launcher}: world size {self.world_size!r} must be at least 1; "
                 "check the launcher's variables."
             )
-        if not 0 <= self.rank < self.world_size:
-            raise ValueError(
-                f"{self.launcher}: rank {self.rank!r} is outside [0, {self.world_size}) "
-                f"for world size {self.world_size}; check the launcher's variables."
-            )
-        if self.local_world_size is not None and self.local_rank is not None:
-            if not 0 <= self.local_rank < self.local_world_size:
-                raise ValueError(
-                    f"{self.launcher}: local rank {self.local_rank!r} is outside "
-                    f"[0, {self.local_world_size}); check the launcher's variables."
-                )
-        if self.nnodes is not None and self.node_rank is not None:
-            if not 0 <= self.node_rank < self.nnodes:
-                raise ValueError(
-                    f"{self.launcher}: node rank {self.node_rank!r} is outside "
-                    f"[0, {self.nnodes}); check the launcher's variables."
-                )
+        _check_index(self.launcher, "rank", self.rank, self.world_size)
+        _check_index(self.launcher, "local rank", self.local_rank, self.local_world_size)
+        _check_index(self.launcher, "node rank", self.node_rank, self.nnodes)
+
+
+def _check_index(launcher: str, what: str, index: int | None, size: int | None) -> None:
+    """ValueError unless ``0 <= index < size`` (skipped when either is unknown)."""
+    if index is not None and size is not None and not 0 <= index < size:
+        raise ValueError(
+            f"{launcher}: {what} {index!r} is outside [0, {size}); check the launcher's variables."
+        )
 
 
 def read_int(env: Mapping[str, str], key: str) -> int | None:

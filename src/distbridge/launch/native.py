@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-import torch.distributed as dist
+from torch._C._distributed_c10d import TCPStore  # where torch defines them
 
 from distbridge.errors import DistributedError
 from distbridge.launch.pickling import check_picklable
@@ -156,7 +156,7 @@ def _host_store(port: int, world_size: int, timeout: timedelta | float | None) -
     """The job's TCPStore, listening on ``port`` (0: a free one) until the job ends."""
     seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
     try:
-        return dist.TCPStore(
+        return TCPStore(
             "0.0.0.0",
             port,
             world_size,

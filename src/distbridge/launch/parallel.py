@@ -16,8 +16,9 @@ class Parallel:
 
     - ``backend=None``: serial; ``run`` calls ``func(0, ...)`` in this process.
     - ``backend`` and ``nproc_per_node``: ``run`` spawns the workers itself (``spawn``).
-    - ``backend`` alone: the processes were started by a launcher (torchrun, srun, mpirun,
-      horovodrun); entering the context initializes, leaving it finalizes.
+    - ``backend`` alone: the processes were started by a launcher (torchrun today; SLURM,
+      mpirun and horovodrun environments are planned); entering the context initializes,
+      leaving it finalizes.
 
     Example:
         >>> with Parallel(backend="gloo", nproc_per_node=2) as parallel:   # doctest: +SKIP
@@ -56,8 +57,8 @@ class Parallel:
         given = sorted(k for k, v in spawn_only.items() if v is not None)
         if backend is None and (nproc_per_node is not None or given or init_method):
             raise ValueError(
-                f"Parallel(backend=None) runs serially; nproc_per_node, {', '.join(given) or 'nnodes'}"
-                " and init_method need a backend such as 'gloo'."
+                "Parallel(backend=None) runs serially; nproc_per_node, nnodes, node_rank, "
+                "master_addr, master_port and init_method need a backend such as 'gloo'."
             )
         if nproc_per_node is None and given:
             raise ValueError(
@@ -65,7 +66,7 @@ class Parallel:
                 "nproc_per_node too, or set them in the launcher instead."
             )
         if nproc_per_node is not None and environments.detect() is not None:
-            raise RuntimeError(
+            raise ValueError(
                 "This process was started by a launcher (RANK/WORLD_SIZE are set), so Parallel "
                 "must not spawn more workers: drop nproc_per_node."
             )
@@ -78,11 +79,15 @@ class Parallel:
                 **({"init_method": init_method} if init_method else {}),
                 **spawn_kwargs,
             }
-        elif spawn_kwargs:
-            raise TypeError(
-                f"Parallel() got unexpected keyword arguments {sorted(spawn_kwargs)}; they are "
-                "spawn arguments and need nproc_per_node."
-            )
+        if spawn_kwargs:
+            model = _api.registry.for_backend(backend) if backend is not None else None
+            unknown = sorted(set(spawn_kwargs) - set(model.spawn_options if model else ()))
+            if unknown or nproc_per_node is None:
+                known = ", ".join(model.spawn_options) if model else "none"
+                raise TypeError(
+                    f"Parallel() got unexpected keyword arguments {unknown or sorted(spawn_kwargs)}"
+                    f"; this backend's spawn arguments are {known}, and need nproc_per_node."
+                )
         self._init_kwargs = {"init_method": init_method} if init_method else {}
         self._initialized_here = False
 

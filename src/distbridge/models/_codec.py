@@ -92,7 +92,7 @@ def kind_of(value: object) -> int:
         return KIND_BOOL
     if cls is str:
         return KIND_STR
-    if isinstance(value, bool):
+    if isinstance(value, bool) or _is_numpy_bool(value):
         return KIND_BOOL
     if isinstance(value, numbers.Integral):
         return KIND_INT
@@ -103,6 +103,12 @@ def kind_of(value: object) -> int:
     if isinstance(value, PurePath):
         return KIND_PATH
     return KIND_OBJECT
+
+
+def _is_numpy_bool(value: object) -> bool:
+    """``numpy.bool_`` (and 0-d bool arrays), recognised without importing numpy."""
+    dtype = getattr(value, "dtype", None)
+    return getattr(dtype, "kind", None) == "b" and getattr(value, "ndim", None) == 0
 
 
 def encode_number(value: Any, kind: int) -> int:
@@ -119,7 +125,7 @@ def encode_number(value: Any, kind: int) -> int:
 
 
 def decode_number(bits: int, kind: int) -> int | float | bool:
-    """The number whose 64-bit pattern is ``bits``; inverse of :func:`encode_number`."""
+    """The number whose 64-bit pattern is ``bits``; inverse of `encode_number`."""
     if kind == KIND_FLOAT:
         value: float = struct.unpack("<d", struct.pack("<q", bits))[0]
         return value
@@ -145,7 +151,7 @@ def dtype_code(dtype: torch.dtype) -> int:
 
 
 def dtype_from_code(code: int) -> torch.dtype:
-    """The dtype at ``code``; DistributedError-worthy ValueError when the code is not in the table."""
+    """The dtype at ``code``; ValueError when the code is not in the table."""
     if not 0 <= code < len(_DTYPES):
         raise ValueError(
             f"Received dtype code {code}, which is not in this side's table of "

@@ -44,13 +44,9 @@ def layout_from_env(
     When the launcher gives no local layout: with ``guess``, assume one node
     (local rank = rank); without, return None so the caller can ask the peers.
     """
-    if (
-        launch is not None
-        and launch.rank == rank
-        and launch.world_size == world_size
-        and launch.local_rank is not None
-        and launch.local_world_size is not None
-    ):
+    if launch is not None and (launch.rank, launch.world_size) != (rank, world_size):
+        launch = None  # the launcher describes another job: ignore it
+    if launch is not None and launch.local_rank is not None and launch.local_world_size:
         nproc = launch.local_world_size
         nnodes = launch.nnodes if launch.nnodes is not None else max(1, world_size // nproc)
         node_rank = launch.node_rank if launch.node_rank is not None else rank // nproc
@@ -92,7 +88,7 @@ def export_layout(layout: Layout) -> dict[str, str | None]:
     }
     previous: dict[str, str | None] = {}
     for key, value in wanted.items():
-        if key not in os.environ:
-            previous[key] = None
+        if not os.environ.get(key):  # unset or empty, as read_int treats it
+            previous[key] = os.environ.get(key)
             os.environ[key] = str(value)
     return previous

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
+from torch._C._distributed_c10d import HashStore, PrefixStore, TCPStore  # where torch defines them
 
 from distbridge import environments
 from distbridge.environments import LaunchEnvironment
@@ -43,7 +44,7 @@ def init_process_group(
             **extra,
         )
     elif launch is None:
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **extra)
+        dist.init_process_group(backend, store=HashStore(), rank=0, world_size=1, **extra)
     elif os.environ.get(_AGENT_STORE_VAR) == "True":
         store = _agent_store_client(launch, timeout)
         dist.init_process_group(
@@ -67,7 +68,7 @@ def _agent_store_client(launch: LaunchEnvironment, timeout: timedelta | None) ->
         )
     from torch.distributed.constants import default_pg_timeout
 
-    store = dist.TCPStore(
+    store = TCPStore(
         launch.master_addr,
         launch.master_port,
         launch.world_size,
@@ -77,4 +78,4 @@ def _agent_store_client(launch: LaunchEnvironment, timeout: timedelta | None) ->
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     arrivals = store.add(f"distbridge/attempt{attempt}/arrivals", 1)
     epoch = (arrivals - 1) // launch.world_size
-    return dist.PrefixStore(f"distbridge/attempt{attempt}/init{epoch}/", store)
+    return PrefixStore(f"distbridge/attempt{attempt}/init{epoch}/", store)

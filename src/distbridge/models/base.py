@@ -18,6 +18,7 @@ import torch
 from typing_extensions import Self
 
 from distbridge._types import Group, SpawnResult
+from distbridge.models import _carriers as carriers
 from distbridge.models import _codec as codec
 from distbridge.models._groups import GroupCache
 
@@ -25,12 +26,13 @@ __all__ = ["NOT_A_MEMBER", "ComputationModel"]
 
 NOT_A_MEMBER: Final = GroupCache.NOT_A_MEMBER
 _HEADER_LEN = 4  # broadcast header: kind, then up to three int64 fields
+_SEND_FAILED = 0  # header kind: the source could not encode its value
 
 
 class ComputationModel(ABC):
     """A distributed backend. Subclass and register it to add one.
 
-    Class attributes:
+    Attributes:
         name: the ``model_name()`` string, e.g. ``"native-dist"``.
         backends: the backend strings this model runs.
         priority: detection order, highest first.
@@ -40,6 +42,10 @@ class ComputationModel(ABC):
     name: ClassVar[str]
     backends: ClassVar[tuple[str, ...]]
     priority: ClassVar[int] = 0
+    #: keyword arguments ``spawn`` accepts besides ``backend``.
+    spawn_options: ClassVar[tuple[str, ...]] = ()
+    #: dtypes the backend cannot move or reduce; the base class carries them bit-exactly.
+    uncarried_dtypes: ClassVar[frozenset[torch.dtype]] = frozenset()
     reduce_ops: ClassVar[frozenset[str]] = frozenset(
         ("SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "AVG")
     )
@@ -102,19 +108,32 @@ class ComputationModel(ABC):
         """The backend string, None for the serial model."""
 
     @abstractmethod
-    def get_rank(self) -> int: ...
+    def get_rank(self) -> int:
+        """This process's rank in the job."""
+
     @abstractmethod
-    def get_world_size(self) -> int: ...
+    def get_world_size(self) -> int:
+        """The number of processes in the job."""
+
     @abstractmethod
-    def get_local_rank(self) -> int: ...
+    def get_local_rank(self) -> int:
+        """This process's index on its machine."""
+
     @abstractmethod
-    def get_nproc_per_node(self) -> int: ...
+    def get_nproc_per_node(self) -> int:
+        """Processes per machine."""
+
     @abstractmethod
-    def get_nnodes(self) -> int: ...
+    def get_nnodes(self) -> int:
+        """Machines in the job."""
+
     @abstractmethod
-    def get_node_rank(self) -> int: ...
+    def get_node_rank(self) -> int:
+        """This machine's index in the job."""
+
     @abstractmethod
-    def device(self) -> torch.device: ...
+    def device(self) -> torch.device:
+        """The device this process computes on."""
 
     def set_local_rank(self, index: int) -> None:
         """Override the local rank this model reports (``idist.set_local_rank``)."""
@@ -139,15 +158,22 @@ class ComputationModel(ABC):
         return self._collective_device()
 
     @abstractmethod
-    def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor: ...
+    def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
+        """Reduce ``tensor`` (contiguous, on ``_placement``) with canonical ``op``; may work in
+        place and return ``tensor``."""
+
     @abstractmethod
     def _do_all_gather(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
         """Concatenate every member's ``tensor`` (same shape everywhere) along dim 0."""
 
     @abstractmethod
-    def _do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor: ...
+    def _do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor:
+        """Fill ``tensor`` with global rank ``src``'s data; may work in place."""
+
     @abstractmethod
-    def _do_barrier(self, group: Any) -> None: ...
+    def _do_barrier(self, group: Any) -> None:
+        """Block until every member of ``group`` arrives."""
+
     @abstractmethod
     def _make_group(self, ranks: tuple[int, ...], **kwargs: Any) -> Any:
         """Create a group of ``ranks`` (sorted, unique, validated); every rank calls this."""
@@ -223,9 +249,7 @@ class ComputationModel(ABC):
         is_src = self.get_rank() == src
         if isinstance(x, torch.Tensor) and not safe_mode:
             _check_dense(x, "broadcast")
-            work = self._to_placement(x)
-            out = self._do_broadcast(work, src, resolved)
-            return _write_back(x, out)
+            return self._broadcast_tensor(x, src, resolved)
         if x is None and (is_src or not safe_mode):
             where = "the source rank" if is_src else f"rank {self.get_rank()}"
             hint = "" if is_src else " Pass safe_mode=True to let non-source ranks pass None."
@@ -252,6 +276,11 @@ class ComputationModel(ABC):
         if resolved is NOT_A_MEMBER:
             return [tensor]
         size, me = self._group_size(resolved), self._group_rank(resolved)
+        if not isinstance(shapes, Sequence) or not all(isinstance(s, Sequence) for s in shapes):
+            raise TypeError(
+                f"shapes must be a list with one shape per group rank, e.g. [[2, 3], [4, 3]], "
+                f"got {shapes!r}."
+            )
         shape_list = [tuple(int(d) for d in s) for s in shapes]
         if len(shape_list) != size:
             raise ValueError(f"shapes has {len(shape_list)} entries; the group has {size} ranks.")
@@ -262,11 +291,11 @@ class ComputationModel(ABC):
             )
         if any(len(s) != tensor.dim() for s in shape_list):
             raise ValueError(f"Every shape must have {tensor.dim()} dimensions: {shape_list}.")
-        max_shape = [max(dims) for dims in zip(*shape_list)] if tensor.dim() else []
+        max_shape = [max(dims) for dims in zip(*shape_list, strict=True)] if tensor.dim() else []
         padded = tensor.new_zeros([1, *max_shape])
-        padded[(0, *(slice(0, d) for d in tensor.shape))] = tensor
+        padded[_region(0, tensor.shape)] = tensor
         gathered = self._gather_tensor(padded, resolved)
-        return [gathered[(i, *(slice(0, d) for d in s))] for i, s in enumerate(shape_list)]
+        return [gathered[_region(i, s)] for i, s in enumerate(shape_list)]
 
     # ---- the shared algorithm ----------------------------------------------------------------
 
@@ -276,17 +305,33 @@ class ComputationModel(ABC):
         return moved.contiguous()
 
     def _gather_tensor(self, x: torch.Tensor, group: Any) -> torch.Tensor:
-        out = self._do_all_gather(self._to_placement(x), group)
+        work = self._to_placement(x)
+        if work.dtype in self.uncarried_dtypes:
+            raw = self._do_all_gather(carriers.as_bytes(work), group)
+            rows = self._group_size(group) * work.shape[0]
+            out = carriers.from_bytes(raw, work.dtype, (rows, *work.shape[1:]))
+        else:
+            out = self._do_all_gather(work, group)
         return out if out.device == x.device else out.to(x.device)
+
+    def _broadcast_tensor(self, x: torch.Tensor, src: int, group: Any) -> torch.Tensor:
+        work = self._to_placement(x)
+        if work.dtype in self.uncarried_dtypes:
+            self._do_broadcast(carriers.as_bytes(work), src, group)  # fills work in place
+            return _write_back(x, work)
+        return _write_back(x, self._do_broadcast(work, src, group))
 
     def _reduce_tensor(self, x: torch.Tensor, op: str, group: Any) -> torch.Tensor:
         work = self._to_placement(x)
+        back = None
+        if work.dtype in self.uncarried_dtypes:
+            work, back = carriers.reduce_carrier(work, op)
         if op == "AVG" and not self._native_avg():
             out = self._do_all_reduce(work, "SUM", group)
             out.div_(self._group_size(group))
         else:
             out = self._do_all_reduce(work, op, group)
-        return _write_back(x, out)
+        return _write_back(x, out if back is None else back(out))
 
     def _check_src(self, src: object, group: Any) -> None:
         if not isinstance(src, int) or isinstance(src, bool):
@@ -306,39 +351,42 @@ class ComputationModel(ABC):
         device = self._collective_device()
         if isinstance(data, int):
             return torch.empty(data, dtype=torch.uint8, device=device)
+        if not data:
+            return torch.empty(0, dtype=torch.uint8, device=device)
         return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
 
     def _broadcast_value(self, value: Any, src: int, group: Any) -> Any:
-        """Broadcast a non-tensor value, or a tensor in safe mode; ``value`` is None off src."""
+        """Broadcast a non-tensor value, or a tensor in safe mode; ``value`` is None off src.
+
+        The source sends a header first (kind and sizes), so receivers need no placeholder
+        of the right type. If the source cannot encode its value, it still sends a header
+        (kind 0), so every rank raises instead of the others waiting forever.
+        """
         is_src = value is not None
-        fields: list[int] = [0]
+        fields: list[int] = [_SEND_FAILED]
         payload = b""
+        failure: Exception | None = None
         if is_src:
-            kind = codec.KIND_TENSOR if isinstance(value, torch.Tensor) else codec.kind_of(value)
-            if kind == codec.KIND_TENSOR:
-                _check_dense(value, "broadcast")
-                fields = [kind, codec.dtype_code(value.dtype), value.dim()]
-            elif kind in codec.NUMBER_KINDS:
-                fields = [kind, codec.encode_number(value, kind)]
-            elif kind in (codec.KIND_STR, codec.KIND_PATH):
-                payload = str(value).encode("utf-8")
-                fields = [kind, len(payload)]
-            else:
-                raise TypeError(
-                    "broadcast takes a tensor, a number, a str or a Path, got "
-                    f"{type(value).__name__}. Use broadcast_object for other objects."
-                )
+            try:
+                fields, payload = _encode_for_broadcast(value)
+            except (TypeError, ValueError) as err:
+                failure = err
         padded = [*fields, *[0] * (_HEADER_LEN - len(fields))]
         header = self._do_broadcast(self._int64(padded), src, group).tolist()
         kind = header[0]
+        if failure is not None:
+            raise failure
+        if kind == _SEND_FAILED:
+            raise ValueError(
+                f"broadcast: the source rank {src} could not send its value (see its error)."
+            )
         if kind in codec.NUMBER_KINDS:
-            return value if is_src else codec.decode_number(header[1], kind)
+            return codec.decode_number(header[1], kind)
         if kind in (codec.KIND_STR, codec.KIND_PATH):
-            data = self._bytes_tensor(payload if is_src else header[1])
-            data = self._do_broadcast(data, src, group)
-            if is_src:
-                return value
-            text = data.cpu().numpy().tobytes().decode("utf-8")
+            if header[1]:
+                data = self._bytes_tensor(payload if is_src else header[1])
+                payload = self._do_broadcast(data, src, group).cpu().numpy().tobytes()
+            text = payload.decode("utf-8")
             return text if kind == codec.KIND_STR else codec.decode_path(text)
         if kind == codec.KIND_TENSOR:
             dtype, ndim = codec.dtype_from_code(header[1]), header[2]
@@ -346,9 +394,9 @@ class ComputationModel(ABC):
             if ndim:
                 shape_t = self._do_broadcast(shape_t, src, group)
             if is_src:
-                return _write_back(value, self._do_broadcast(self._to_placement(value), src, group))
+                return self._broadcast_tensor(value, src, group)
             empty = torch.empty(shape_t.tolist(), dtype=dtype, device=self.device())
-            return _write_back(empty, self._do_broadcast(self._to_placement(empty), src, group))
+            return self._broadcast_tensor(empty, src, group)
         raise ValueError(f"Received an unknown broadcast header {header}: a desynchronized job?")
 
     def _gather_values(self, value: Any, group: Any) -> list[Any]:
@@ -373,7 +421,7 @@ class ComputationModel(ABC):
             return [codec.decode_number(bits, k) for k, bits in header]
         chunks = self._gather_bytes(payload, [n for _, n in header], group)
         out: list[Any] = []
-        for (k, _), chunk in zip(header, chunks):
+        for (k, _), chunk in zip(header, chunks, strict=True):
             if k == codec.KIND_OBJECT:
                 out.append(pickle.loads(chunk))  # every rank asked for objects (same category)
             else:
@@ -398,6 +446,29 @@ class ComputationModel(ABC):
             f"{type(self).__name__}(backend={self.backend()!r}, rank={self.get_rank()}, "
             f"world_size={self.get_world_size()})"
         )
+
+
+def _encode_for_broadcast(value: Any) -> tuple[list[int], bytes]:
+    """The broadcast header fields and payload for ``value``; TypeError / ValueError if it
+    cannot be sent."""
+    if isinstance(value, torch.Tensor):
+        _check_dense(value, "broadcast")
+        return [codec.KIND_TENSOR, codec.dtype_code(value.dtype), value.dim()], b""
+    kind = codec.kind_of(value)
+    if kind in codec.NUMBER_KINDS:
+        return [kind, codec.encode_number(value, kind)], b""
+    if kind in (codec.KIND_STR, codec.KIND_PATH):
+        payload = str(value).encode("utf-8")
+        return [kind, len(payload)], payload
+    raise TypeError(
+        f"broadcast takes a tensor, a number, a str or a Path, got {type(value).__name__}: "
+        f"{value!r}."
+    )
+
+
+def _region(index: int, shape: Sequence[int]) -> tuple[int | slice, ...]:
+    """The index of entry ``index`` of a stacked tensor, cut to ``shape``."""
+    return (index, *[slice(0, d) for d in shape])
 
 
 def _category(kind: int) -> str:

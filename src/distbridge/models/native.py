@@ -21,6 +21,7 @@ from typing_extensions import Self, override
 from distbridge import environments
 from distbridge._types import SpawnResult
 from distbridge.errors import BackendUnavailableError, DistributedError
+from distbridge.models._carriers import UNCARRIED_BY_C10D
 from distbridge.models._layout import Layout, export_layout, layout_from_env, layout_from_store
 from distbridge.models._native_init import init_process_group
 from distbridge.models.base import ComputationModel
@@ -29,6 +30,10 @@ __all__ = ["NativeModel"]
 
 _CPU = torch.device("cpu")
 _INIT_KWARGS = ("timeout", "init_method", "rank", "world_size")
+SPAWN_OPTIONS = (
+    "nnodes", "node_rank", "master_addr", "master_port", "init_method", "timeout",
+    "start_method", "job_timeout", "join",
+)  # fmt: skip
 
 if dist.is_available():
     from torch.distributed import distributed_c10d as _c10d
@@ -45,7 +50,6 @@ if dist.is_available():
     _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     _NON_MEMBER = dist.GroupMember.NON_GROUP_MEMBER
 
-
     if hasattr(_c10d._world, "_default_pg"):
         _WORLD = _c10d._world
 
@@ -57,6 +61,11 @@ if dist.is_available():
 
         def _default_pg() -> Any:
             return dist.GroupMember.WORLD
+
+else:  # pragma: no cover - torch built without torch.distributed
+
+    def _default_pg() -> Any:
+        return None
 
 
 def _as_timeout(timeout: object) -> timedelta | None:
@@ -72,7 +81,7 @@ def _as_timeout(timeout: object) -> timedelta | None:
 
 
 def _backend_of(pg: Any) -> str | None:
-    """"gloo", "nccl" or "mpi" for a process group of this model; None for others (e.g. xla)."""
+    """ "gloo", "nccl" or "mpi" for a process group of this model; None for others (e.g. xla)."""
     name = str(dist.get_backend(pg)).lower()
     for backend in NativeModel.backends:
         if backend in name:
@@ -86,6 +95,8 @@ class NativeModel(ComputationModel):
     name: ClassVar[str] = "native-dist"
     backends: ClassVar[tuple[str, ...]] = ("nccl", "gloo", "mpi")
     priority: ClassVar[int] = 0
+    uncarried_dtypes: ClassVar[frozenset[torch.dtype]] = UNCARRIED_BY_C10D
+    spawn_options: ClassVar[tuple[str, ...]] = SPAWN_OPTIONS
 
     def __init__(
         self,
@@ -99,10 +110,10 @@ class NativeModel(ComputationModel):
         self._pg = _default_pg()
         self._layout = layout
         self._env_restore = dict(env_set or {})
-        on_gpu = torch.cuda.is_available() and (backend == "nccl" or layout.local_rank >= 0)
-        self._device = torch.device(f"cuda:{layout.local_rank}") if on_gpu else _CPU
-        if backend != "nccl" and on_gpu and layout.local_rank >= torch.cuda.device_count():
-            self._device = _CPU
+        # As in ignite: with CUDA present, every native backend computes on cuda:<local rank>.
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        use_gpu = backend == "nccl" or layout.local_rank < gpus
+        self._device = torch.device(f"cuda:{layout.local_rank}") if gpus and use_gpu else _CPU
 
     # ---- class level -----------------------------------------------------------------------
 
@@ -130,7 +141,9 @@ class NativeModel(ComputationModel):
                     "CPU-only wheels lack it). Install a CUDA build of torch, or use 'gloo'"
                 )
             if not torch.cuda.is_available():
-                return "NCCL needs a CUDA GPU and torch.cuda.is_available() is False here; use 'gloo'"
+                return (
+                    "NCCL needs a CUDA GPU and torch.cuda.is_available() is False here; use 'gloo'"
+                )
         if backend == "mpi" and not dist.is_mpi_available():
             return (
                 "torch was built without MPI (torch.distributed.is_mpi_available() is False; "
@@ -142,7 +155,7 @@ class NativeModel(ComputationModel):
     @classmethod
     @override
     def has_context(cls) -> bool:
-        return dist.is_available() and _default_pg() is not None
+        return _default_pg() is not None
 
     @classmethod
     @override
@@ -182,7 +195,9 @@ class NativeModel(ComputationModel):
         rank, world = dist.get_rank(), dist.get_world_size()
         layout = layout_from_env(environments.detect(), rank, world, guess=False)
         if layout is None:
-            layout = layout_from_store(_c10d._get_default_store(), rank, world, socket.gethostname())
+            layout = layout_from_store(
+                _c10d._get_default_store(), rank, world, socket.gethostname()
+            )
         if backend == "nccl":
             torch.cuda.set_device(layout.local_rank)
         return cls(backend, layout, env_set=export_layout(layout))
@@ -197,6 +212,12 @@ class NativeModel(ComputationModel):
         nproc_per_node: int,
         **kwargs: Any,
     ) -> SpawnResult:
+        unknown = sorted(set(kwargs) - {"backend", *SPAWN_OPTIONS})
+        if unknown:
+            raise TypeError(
+                f"spawn() got unexpected keyword arguments {unknown}; the native backends take "
+                f"{', '.join(SPAWN_OPTIONS)}."
+            )
         from distbridge.launch.native import spawn_native
 
         return spawn_native(fn, args, kwargs_dict, nproc_per_node, **kwargs)

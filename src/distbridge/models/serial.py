@@ -7,7 +7,7 @@ would with 4 ranks: bugs surface on the laptop, not on the cluster.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 from typing_extensions import Self, override
@@ -20,6 +20,14 @@ __all__ = ["SerialModel"]
 _CPU = torch.device("cpu")
 
 
+class _ProbeSource(Protocol):
+    probes: tuple[Callable[[], bool], ...]
+
+
+class _NoProbes:
+    probes: tuple[Callable[[], bool], ...] = ()
+
+
 class SerialModel(ComputationModel):
     """The model in force when no distributed context exists."""
 
@@ -27,14 +35,13 @@ class SerialModel(ComputationModel):
     backends: ClassVar[tuple[str, ...]] = ()
     priority: ClassVar[int] = -1000
 
-    def __init__(
-        self, context_probes: Callable[[], tuple[Callable[[], bool], ...]] | None = None
-    ) -> None:
-        """``context_probes`` returns other models' ``has_context`` checks, asked for lazily;
-        while none of them finds a context, this model stays current."""
+    def __init__(self, watch: _ProbeSource | None = None) -> None:
+        """``watch.probes`` are other models' ``has_context`` checks (the registry keeps them
+        up to date); while none of them finds a context, this model stays current."""
         super().__init__()
-        self._probe_source = context_probes
-        self._probes: tuple[Callable[[], bool], ...] | None = None if context_probes else ()
+        self._watch = watch if watch is not None else _NoProbes()
+        # As in ignite: "cuda" when a GPU is visible, even without a distributed context.
+        self._device = torch.device("cuda") if torch.cuda.is_available() else _CPU
 
     @classmethod
     @override
@@ -70,13 +77,7 @@ class SerialModel(ComputationModel):
 
     @override
     def is_current(self) -> bool:
-        probes = self._probes
-        if probes is None:
-            probes = self._probes = self._probe_source() if self._probe_source else ()
-        for probe in probes:
-            if probe():
-                return False
-        return True
+        return not any(probe() for probe in self._watch.probes)
 
     @override
     def backend(self) -> str | None:
@@ -108,7 +109,7 @@ class SerialModel(ComputationModel):
 
     @override
     def device(self) -> torch.device:
-        return _CPU
+        return self._device
 
     @override
     def set_local_rank(self, index: int) -> None:

@@ -1,0 +1,32 @@
+"""Every test starts from a clean distbridge state and must not leak env vars or process groups."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import torch.distributed as dist
+
+from distbridge.testing import reset_state
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks() -> Iterator[None]:
+    reset_state()
+    env_before = dict(os.environ)
+    yield
+    leaked_group = dist.is_available() and dist.is_initialized()
+    env_after = dict(os.environ)
+    reset_state()
+    if leaked_group:
+        dist.destroy_process_group()
+    changed = {
+        k: (env_before.get(k), env_after.get(k))
+        for k in set(env_before) | set(env_after)
+        if env_before.get(k) != env_after.get(k) and k != "PYTEST_CURRENT_TEST"
+    }
+    os.environ.clear()
+    os.environ.update(env_before)
+    assert not leaked_group, "the test left a torch.distributed process group initialized"
+    assert not changed, f"the test changed environment variables (before, after): {changed}"
