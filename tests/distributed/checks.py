@@ -1,0 +1,321 @@
+"""Backend-agnostic per-rank checks, run in every rank by each backend's test file.
+
+Each check is a plain top-level function ``check_x(tmp: Path) -> None`` that uses only
+the facade and asserts what every rank must see, for any world size >= 1. Checks
+raise only after their collectives, so a failing check does not desynchronize the
+next one. ``run_checks`` runs a list of them in one worker and reports each result.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from pathlib import Path, PurePath
+from typing import Any
+
+import torch
+
+import distbridge as idist
+from distbridge.models import SerialModel
+
+
+def _ranks() -> tuple[int, int]:
+    return idist.get_rank(), idist.get_world_size()
+
+
+def check_queries(tmp: Path) -> None:
+    rank, world = _ranks()
+    assert 0 <= rank < world
+    assert idist.model_name() != "serial"
+    assert idist.backend() in idist.available_backends()
+    assert idist.get_nnodes() * idist.get_nproc_per_node() == world
+    assert idist.get_node_rank() * idist.get_nproc_per_node() + idist.get_local_rank() == rank
+    assert isinstance(idist.device(), torch.device)
+    seen = idist.all_gather(rank)
+    assert seen == list(range(world)), seen
+
+
+def check_all_reduce_tensor_ops(tmp: Path) -> None:
+    rank, world = _ranks()
+    values = [r + 1 for r in range(world)]
+    cases: list[tuple[str, torch.dtype, float]] = [
+        ("SUM", torch.float32, sum(values)),
+        ("sum", torch.int64, sum(values)),
+        ("PRODUCT", torch.float64, math.prod(values)),
+        ("MIN", torch.int32, min(values)),
+        ("MAX", torch.float32, max(values)),
+        ("AVG", torch.float64, sum(values) / world),
+        ("average", torch.float32, sum(values) / world),
+    ]
+    for op, dtype, expected in cases:
+        x = torch.full((3,), float(rank + 1)).to(dtype)
+        out = idist.all_reduce(x, op)
+        assert out is x, f"{op}: the result must be the input tensor, reduced in place"
+        assert out.dtype == dtype
+        assert torch.allclose(out.double(), torch.full((3,), float(expected)).double()), (op, out)
+    bits = torch.tensor([1 << rank, 0b1111], dtype=torch.int64)
+    assert idist.all_reduce(bits.clone(), "OR").tolist() == [(1 << world) - 1, 0b1111]
+    assert idist.all_reduce(bits.clone(), "AND").tolist() == [1 if world == 1 else 0, 0b1111]
+    flags = torch.tensor([rank == 0, True])
+    assert idist.all_reduce(flags.clone(), "and").tolist() == [world == 1, True]
+    assert idist.all_reduce(flags.clone(), "or").tolist() == [True, True]
+    # non-contiguous input: reduced on a contiguous copy, then written back
+    base = torch.arange(6.0).reshape(2, 3) * (rank + 1)
+    view = base.t()
+    idist.all_reduce(view)
+    factor = sum(values)
+    assert torch.equal(base, torch.arange(6.0).reshape(2, 3) * factor)
+    scalar = idist.all_reduce(torch.tensor(float(rank)))
+    assert scalar.dim() == 0 and scalar.item() == sum(range(world))
+
+
+def check_all_reduce_numbers_exact(tmp: Path) -> None:
+    rank, world = _ranks()
+    total = idist.all_reduce(rank + 1)
+    assert type(total) is int and total == world * (world + 1) // 2
+    big = idist.all_reduce(2**62 + rank, "MAX")
+    assert type(big) is int and big == 2**62 + world - 1
+    half = idist.all_reduce(0.5 + rank * 0.25)
+    assert type(half) is float and half == sum(0.5 + r * 0.25 for r in range(world))
+    tenth = idist.all_reduce(0.1, "MIN")
+    assert tenth == 0.1, f"0.1 must stay 0.1 exactly, got {tenth!r}"
+    avg = idist.all_reduce(rank, "AVG")
+    assert type(avg) is float and avg == sum(range(world)) / world
+    anded = idist.all_reduce(rank == 0, "AND")
+    ored = idist.all_reduce(rank == 0, "or")
+    assert type(anded) is bool and anded == (world == 1)
+    assert type(ored) is bool and ored is True
+    count = idist.all_reduce(True)
+    assert type(count) is int and count == world
+    prod = idist.all_reduce(-1, "PRODUCT")
+    assert prod == (-1) ** world
+
+
+def check_all_gather_tensor(tmp: Path) -> None:
+    rank, world = _ranks()
+    out = idist.all_gather(torch.tensor([[rank, rank * 10]]))
+    assert out.shape == (world, 2)
+    assert out[:, 0].tolist() == list(range(world))
+    scalar = idist.all_gather(torch.tensor(float(rank)))
+    assert scalar.shape == (world,) and scalar.tolist() == [float(r) for r in range(world)]
+    for dtype in (torch.int16, torch.uint16, torch.uint64, torch.bfloat16, torch.complex64):
+        wide = idist.all_gather(torch.full((2, 3), rank, dtype=dtype))
+        assert wide.shape == (2 * world, 3) and wide.dtype == dtype, (dtype, wide.shape)
+        assert wide[::2, 0].to(torch.float64).real.tolist() == list(range(world)), dtype
+
+
+def check_dtypes_the_backend_lacks(tmp: Path) -> None:
+    """int16 / uint16 / uint32 / uint64 travel bit-exactly, also where gloo lacks them."""
+    rank, world = _ranks()
+    for dtype in (torch.int16, torch.uint16, torch.uint32, torch.uint64):
+        x = torch.tensor([rank + 1, 100 + rank, 3]).to(dtype)
+        summed = idist.all_reduce(x.clone())
+        assert summed.dtype == dtype
+        expected_sum = [sum(range(1, world + 1)), sum(100 + r for r in range(world)), 3 * world]
+        assert summed.to(torch.int64).tolist() == expected_sum, (dtype, summed)
+        highest = idist.all_reduce(x.clone(), "MAX").to(torch.int64).tolist()
+        lowest = idist.all_reduce(x.clone(), "MIN").to(torch.int64).tolist()
+        assert highest == [world, 100 + world - 1, 3] and lowest == [1, 100, 3], dtype
+        sent = idist.broadcast(x.clone(), src=world - 1)
+        assert sent.dtype == dtype and sent.to(torch.int64).tolist() == [world, 99 + world, 3]
+        safe = idist.broadcast(x.clone() if rank == 0 else None, src=0, safe_mode=True)
+        assert safe.dtype == dtype and safe.to(torch.int64).tolist() == [1, 100, 3]
+    wrapped = idist.all_reduce(torch.full((2,), 65535, dtype=torch.int64).to(torch.uint16))
+    assert wrapped.to(torch.int64).tolist() == [(65535 * world) % 65536] * 2
+    # uint64 above 2**63: unsigned order must win (a signed comparison picks the wrong one)
+    bits = 5 if rank == 0 else -(2**63) + rank
+    value = torch.tensor([bits], dtype=torch.int64).view(torch.uint64)
+    top = idist.all_reduce(value.clone(), "MAX").view(torch.int64).item()
+    low = idist.all_reduce(value.clone(), "MIN").view(torch.int64).item()
+    assert top == (-(2**63) + world - 1 if world > 1 else 5), top
+    assert low == 5, low
+
+
+def check_all_gather_values(tmp: Path) -> None:
+    rank, world = _ranks()
+    mixed = idist.all_gather(rank if rank % 2 == 0 else rank + 0.5)
+    assert mixed == [r if r % 2 == 0 else r + 0.5 for r in range(world)]
+    assert [type(v) for v in mixed] == [int if r % 2 == 0 else float for r in range(world)]
+    exact = idist.all_gather(0.1 * (rank + 1))
+    assert exact == [0.1 * (r + 1) for r in range(world)]
+    flags = idist.all_gather(rank == 0)
+    assert flags == [r == 0 for r in range(world)] and all(type(f) is bool for f in flags)
+    texts = ["", "héllo", "日本語テキスト", "emoji 🎉🚀", "a" * 1000]
+    got = idist.all_gather(texts[rank % len(texts)])
+    assert got == [texts[r % len(texts)] for r in range(world)], got
+    objs = idist.all_gather({"rank": rank, "t": torch.arange(rank + 1), "p": Path(f"/r{rank}")})
+    assert [o["rank"] for o in objs] == list(range(world))
+    assert [o["t"].tolist() for o in objs] == [list(range(r + 1)) for r in range(world)]
+    paths = idist.all_gather(Path(f"/data/rank{rank}"))
+    assert paths == [Path(f"/data/rank{r}") for r in range(world)]
+    assert all(isinstance(p, PurePath) for p in paths)
+
+
+def check_all_gather_mixed_kinds_raise(tmp: Path) -> None:
+    rank, world = _ranks()
+    value: Any = "text" if rank == 0 else 7
+    try:
+        idist.all_gather(value)
+    except TypeError as err:
+        assert world > 1 and "different kinds" in str(err), err
+    else:
+        assert world == 1, "a str on one rank and an int on another must raise on every rank"
+
+
+def check_broadcast_tensor(tmp: Path) -> None:
+    rank, world = _ranks()
+    src = world - 1
+    x = torch.full((4, 2), float(rank))
+    out = idist.broadcast(x, src=src)
+    assert out is x and torch.equal(x, torch.full((4, 2), float(src)))
+    placeholder = torch.arange(5, dtype=torch.int32) if rank == 0 else None
+    safe = idist.broadcast(placeholder, src=0, safe_mode=True)
+    assert safe.dtype == torch.int32 and safe.tolist() == list(range(5))
+    scalar = idist.broadcast(torch.tensor(3.5) if rank == 0 else None, safe_mode=True)
+    assert scalar.dim() == 0 and scalar.item() == 3.5
+
+
+def check_broadcast_values(tmp: Path) -> None:
+    rank, world = _ranks()
+    src = world // 2
+    mine = rank == src
+    assert idist.broadcast(0.1 if mine else 0.0, src=src) == 0.1
+    seven = idist.broadcast(7 if mine else 0, src=src)
+    assert type(seven) is int and seven == 7
+    huge = idist.broadcast(2**63 - 1 if mine else None, src=src, safe_mode=True)
+    assert huge == 2**63 - 1
+    flag = idist.broadcast(True if mine else None, src=src, safe_mode=True)
+    assert flag is True
+    text = idist.broadcast("ünïcødé 🎉" if mine else "", src=src)
+    assert text == "ünïcødé 🎉"
+    path = idist.broadcast(Path("/tmp/ckpt.pt") if mine else None, src=src, safe_mode=True)
+    assert isinstance(path, Path) and path == Path("/tmp/ckpt.pt")
+    nan = idist.broadcast(float("nan") if mine else None, src=src, safe_mode=True)
+    assert math.isnan(nan)
+
+
+def check_barrier(tmp: Path) -> None:
+    rank, _ = _ranks()
+    marker = tmp / f"barrier-{rank}"
+    marker.write_text("here")
+    idist.barrier()
+    present = sorted(p.name for p in tmp.glob("barrier-*"))
+    assert len(present) == idist.get_world_size(), present
+
+
+def check_groups(tmp: Path) -> None:
+    import torch.distributed as dist
+
+    rank, world = _ranks()
+    members = [0, world - 1] if world > 1 else [0]
+    groups_before = len(dist.distributed_c10d._world.pg_map)
+    for _ in range(5):
+        out = idist.all_reduce(rank + 1, group=members)
+        if rank in members:
+            assert out == sum(r + 1 for r in members)
+        else:
+            assert out == rank + 1, "a rank outside the group gets its input back"
+    created = len(dist.distributed_c10d._world.pg_map) - groups_before
+    assert created <= 1, f"{created} process groups created for one rank set: not cached"
+    assert idist.new_group(members) is idist.new_group(members)
+    got = idist.broadcast(rank * 10, src=members[-1], group=members)
+    assert got == (members[-1] * 10 if rank in members else rank * 10)
+    idist.barrier(group=members)
+    gathered = idist.all_gather(torch.tensor([rank]), group=members)
+    if rank in members:
+        assert gathered.tolist() == members
+    whole = idist.all_reduce(torch.ones(1), group=list(range(world)))
+    assert whole.item() == world
+
+
+def check_validation_errors_match_serial(tmp: Path) -> None:
+    """Bad input fails before any communication, with the serial model's error type."""
+    serial = SerialModel()
+    world = idist.get_world_size()
+    cases: list[tuple[str, Any]] = [
+        ("bad op", lambda m: m.all_reduce(1, "SUMM")),
+        ("float AND", lambda m: m.all_reduce(1.5, "AND")),
+        ("int AVG tensor", lambda m: m.all_reduce(torch.ones(2, dtype=torch.int64), "AVG")),
+        ("object to all_reduce", lambda m: m.all_reduce("text")),
+        ("src type", lambda m: m.broadcast(1, src="0")),
+        ("src range", lambda m: m.broadcast(1, src=world)),
+        ("group range", lambda m: m.all_reduce(1, group=[world])),
+        ("group dup", lambda m: m.all_reduce(1, group=[0, 0])),
+        ("group type", lambda m: m.barrier(group=["a"])),
+        ("empty group", lambda m: m.all_gather(1, group=[])),
+        ("None src", lambda m: m.broadcast(None, src=m.get_rank())),
+        ("big int", lambda m: m.all_reduce(2**64)),
+    ]
+    from distbridge._state import current
+
+    live = current()
+    for name, call in cases:
+        errors = []
+        for m in (serial, live):
+            try:
+                call(m)
+            except (TypeError, ValueError) as err:
+                errors.append(type(err))
+            else:
+                errors.append(None)
+        assert errors[0] is not None, f"{name}: the serial model accepted bad input"
+        assert errors[0] == errors[1], f"{name}: serial raised {errors[0]}, live raised {errors[1]}"
+
+
+def check_all_gather_tensors_with_shapes(tmp: Path) -> None:
+    rank, world = _ranks()
+    shapes = [(r + 1, 2) for r in range(world)]
+    mine = torch.full(shapes[rank], float(rank))
+    parts = idist.all_gather_tensors_with_shapes(mine, shapes)
+    assert [tuple(p.shape) for p in parts] == shapes
+    assert [p.unique().tolist() for p in parts] == [[float(r)] for r in range(world)]
+
+
+def check_one_rank_helpers(tmp: Path) -> None:
+    rank, world = _ranks()
+    flag = tmp / "first-done"
+    with idist.one_rank_first(rank=world - 1):
+        if rank == world - 1:
+            flag.write_text("x")
+        else:
+            assert flag.exists(), "the chosen rank must finish its block before the others start"
+
+    @idist.one_rank_only(rank=0, with_barrier=True)
+    def only_zero() -> int:
+        return 42
+
+    assert only_zero() == (42 if rank == 0 else None)
+
+
+def check_finalize_and_reinitialize(tmp: Path) -> None:
+    """Leave the job and join it again: a fresh context, nothing stale (runs last)."""
+    rank, world = _ranks()
+    backend = idist.backend()
+    assert backend is not None
+    idist.finalize()
+    assert idist.model_name() == "serial" and idist.get_world_size() == 1
+    idist.initialize(backend)
+    assert idist.get_rank() == rank and idist.get_world_size() == world
+    assert idist.all_reduce(1) == world
+    assert idist.all_gather(f"again{rank}") == [f"again{r}" for r in range(world)]
+
+
+CHECKS = [name for name in dir() if name.startswith("check_")]
+# Re-initialization changes the context, so it runs after every other check.
+CHECKS.remove("check_finalize_and_reinitialize")
+CHECKS.append("check_finalize_and_reinitialize")
+
+
+def run_checks(local_rank: int, names: list[str], tmp: str) -> dict[str, str]:
+    """Run the named checks in order; map each name to "ok" or its traceback."""
+    results: dict[str, str] = {}
+    for name in names:
+        folder = Path(tmp) / name
+        folder.mkdir(exist_ok=True)
+        idist.barrier()
+        try:
+            globals()[name](folder)
+            results[name] = "ok"
+        except Exception:
+            results[name] = traceback.format_exc()
+    return results
