@@ -9,7 +9,6 @@ group resolution and caching, and the error texts.
 
 from __future__ import annotations
 
-import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final
@@ -20,13 +19,12 @@ from typing_extensions import Self
 from distbridge._types import Group, SpawnResult
 from distbridge.models import _carriers as carriers
 from distbridge.models import _codec as codec
+from distbridge.models import _values as values
 from distbridge.models._groups import GroupCache
 
 __all__ = ["NOT_A_MEMBER", "ComputationModel"]
 
 NOT_A_MEMBER: Final = GroupCache.NOT_A_MEMBER
-_HEADER_LEN = 4  # broadcast header: kind, then up to three int64 fields
-_SEND_FAILED = 0  # header kind: the source could not encode its value
 
 
 class ComputationModel(ABC):
@@ -236,7 +234,7 @@ class ComputationModel(ABC):
             return self._gather_tensor(x.unsqueeze(0) if x.dim() == 0 else x, resolved)
         if resolved is NOT_A_MEMBER:
             return [x]
-        return self._gather_values(x, resolved)
+        return values.gather_values(self, x, resolved)
 
     def broadcast(
         self, x: Any, src: int = 0, safe_mode: bool = False, group: Group | None = None
@@ -254,7 +252,7 @@ class ComputationModel(ABC):
             where = "the source rank" if is_src else f"rank {self.get_rank()}"
             hint = "" if is_src else " Pass safe_mode=True to let non-source ranks pass None."
             raise ValueError(f"broadcast got None on {where} (src={src}).{hint}")
-        return self._broadcast_value(x if is_src else None, src, resolved)
+        return values.broadcast_value(self, x if is_src else None, src, resolved)
 
     def barrier(self, group: Group | None = None) -> None:
         """Wait until every rank of ``group`` arrives; see ``distbridge.barrier``."""
@@ -301,8 +299,9 @@ class ComputationModel(ABC):
 
     def _to_placement(self, tensor: torch.Tensor) -> torch.Tensor:
         device = self._placement(tensor)
-        moved = tensor if tensor.device == device else tensor.to(device)
-        return moved.contiguous()
+        if tensor.device == device and tensor.is_contiguous():
+            return tensor
+        return tensor.to(device).contiguous()
 
     def _gather_tensor(self, x: torch.Tensor, group: Any) -> torch.Tensor:
         work = self._to_placement(x)
@@ -344,103 +343,6 @@ class ComputationModel(ABC):
             if src not in members:
                 raise ValueError(f"src={src} is not a member of the group {list(members)}.")
 
-    def _int64(self, fields: Sequence[int]) -> torch.Tensor:
-        return torch.tensor(list(fields), dtype=torch.int64, device=self._collective_device())
-
-    def _bytes_tensor(self, data: bytes | int) -> torch.Tensor:
-        device = self._collective_device()
-        if isinstance(data, int):
-            return torch.empty(data, dtype=torch.uint8, device=device)
-        if not data:
-            return torch.empty(0, dtype=torch.uint8, device=device)
-        return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
-
-    def _broadcast_value(self, value: Any, src: int, group: Any) -> Any:
-        """Broadcast a non-tensor value, or a tensor in safe mode; ``value`` is None off src.
-
-        The source sends a header first (kind and sizes), so receivers need no placeholder
-        of the right type. If the source cannot encode its value, it still sends a header
-        (kind 0), so every rank raises instead of the others waiting forever.
-        """
-        is_src = value is not None
-        fields: list[int] = [_SEND_FAILED]
-        payload = b""
-        failure: Exception | None = None
-        if is_src:
-            try:
-                fields, payload = _encode_for_broadcast(value)
-            except (TypeError, ValueError) as err:
-                failure = err
-        padded = [*fields, *[0] * (_HEADER_LEN - len(fields))]
-        header = self._do_broadcast(self._int64(padded), src, group).tolist()
-        kind = header[0]
-        if failure is not None:
-            raise failure
-        if kind == _SEND_FAILED:
-            raise ValueError(
-                f"broadcast: the source rank {src} could not send its value (see its error)."
-            )
-        if kind in codec.NUMBER_KINDS:
-            return codec.decode_number(header[1], kind)
-        if kind in (codec.KIND_STR, codec.KIND_PATH):
-            if header[1]:
-                data = self._bytes_tensor(payload if is_src else header[1])
-                payload = self._do_broadcast(data, src, group).cpu().numpy().tobytes()
-            text = payload.decode("utf-8")
-            return text if kind == codec.KIND_STR else codec.decode_path(text)
-        if kind == codec.KIND_TENSOR:
-            dtype, ndim = codec.dtype_from_code(header[1]), header[2]
-            shape_t = self._int64(list(value.shape) if is_src else [0] * ndim)
-            if ndim:
-                shape_t = self._do_broadcast(shape_t, src, group)
-            if is_src:
-                return self._broadcast_tensor(value, src, group)
-            empty = torch.empty(shape_t.tolist(), dtype=dtype, device=self.device())
-            return self._broadcast_tensor(empty, src, group)
-        raise ValueError(f"Received an unknown broadcast header {header}: a desynchronized job?")
-
-    def _gather_values(self, value: Any, group: Any) -> list[Any]:
-        """All-gather non-tensor values; each comes back with its sender's exact type."""
-        kind = codec.kind_of(value)
-        payload = b""
-        if kind in codec.NUMBER_KINDS:
-            second = codec.encode_number(value, kind)
-        else:
-            if kind in (codec.KIND_STR, codec.KIND_PATH):
-                payload = str(value).encode("utf-8")
-            else:
-                payload = pickle.dumps(value, protocol=5)
-            second = len(payload)
-        header = self._do_all_gather(self._int64([kind, second]), group).view(-1, 2).tolist()
-        categories = {_category(k) for k, _ in header}
-        if len(categories) > 1:
-            # Every rank sees the same header table, so every rank raises here together.
-            table = ", ".join(f"rank {r}: {codec.KIND_NAMES[k]}" for r, (k, _) in enumerate(header))
-            raise TypeError(f"all_gather got values of different kinds across ranks ({table}).")
-        if categories == {"number"}:
-            return [codec.decode_number(bits, k) for k, bits in header]
-        chunks = self._gather_bytes(payload, [n for _, n in header], group)
-        out: list[Any] = []
-        for (k, _), chunk in zip(header, chunks, strict=True):
-            if k == codec.KIND_OBJECT:
-                out.append(pickle.loads(chunk))  # every rank asked for objects (same category)
-            else:
-                text = chunk.decode("utf-8")
-                out.append(text if k == codec.KIND_STR else codec.decode_path(text))
-        return out
-
-    def _gather_bytes(self, payload: bytes, sizes: Sequence[int], group: Any) -> list[bytes]:
-        """All-gather byte strings whose lengths ``sizes`` every rank already knows."""
-        longest = max(sizes)
-        if longest == 0:
-            return [b"" for _ in sizes]
-        padded = self._bytes_tensor(longest)
-        padded[len(payload) :] = 0
-        if payload:
-            padded[: len(payload)] = self._bytes_tensor(payload)
-        rows = self._do_all_gather(padded, group).view(len(sizes), longest).cpu().numpy()
-        return [rows[i, :n].tobytes() for i, n in enumerate(sizes)]
-
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(backend={self.backend()!r}, rank={self.get_rank()}, "
@@ -448,35 +350,9 @@ class ComputationModel(ABC):
         )
 
 
-def _encode_for_broadcast(value: Any) -> tuple[list[int], bytes]:
-    """The broadcast header fields and payload for ``value``; TypeError / ValueError if it
-    cannot be sent."""
-    if isinstance(value, torch.Tensor):
-        _check_dense(value, "broadcast")
-        return [codec.KIND_TENSOR, codec.dtype_code(value.dtype), value.dim()], b""
-    kind = codec.kind_of(value)
-    if kind in codec.NUMBER_KINDS:
-        return [kind, codec.encode_number(value, kind)], b""
-    if kind in (codec.KIND_STR, codec.KIND_PATH):
-        payload = str(value).encode("utf-8")
-        return [kind, len(payload)], payload
-    raise TypeError(
-        f"broadcast takes a tensor, a number, a str or a Path, got {type(value).__name__}: "
-        f"{value!r}."
-    )
-
-
 def _region(index: int, shape: Sequence[int]) -> tuple[int | slice, ...]:
     """The index of entry ``index`` of a stacked tensor, cut to ``shape``."""
     return (index, *[slice(0, d) for d in shape])
-
-
-def _category(kind: int) -> str:
-    if kind in codec.NUMBER_KINDS:
-        return "number"
-    if kind in (codec.KIND_STR, codec.KIND_PATH):
-        return "text"
-    return "object"
 
 
 def _check_dense(tensor: torch.Tensor, what: str) -> None:

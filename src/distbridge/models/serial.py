@@ -77,7 +77,11 @@ class SerialModel(ComputationModel):
 
     @override
     def is_current(self) -> bool:
-        return not any(probe() for probe in self._watch.probes)
+        # A plain loop: a generator in any() costs ~350 ns on this hot path.
+        for probe in self._watch.probes:  # noqa: SIM110
+            if probe():
+                return False
+        return True
 
     @override
     def backend(self) -> str | None:

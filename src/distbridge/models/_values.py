@@ -1,0 +1,178 @@
+"""Non-tensor values through tensor collectives: headers, inline payloads, byte gathers.
+
+Every value travels behind a fixed header of eight int64 words: its kind, one or two
+fields (a number's 64-bit pattern, a payload's length, a dtype code and rank), and 40
+bytes of inline payload. A value that fits inline needs one collective; a longer
+one needs a second collective for the bytes. Receivers decode each value from its
+sender's header, so they need no placeholder of the right type, and nothing received
+is evaluated; objects are unpickled only when this rank asked for objects too.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from distbridge.models import _codec as codec
+
+if TYPE_CHECKING:
+    from distbridge.models.base import ComputationModel
+
+__all__ = ["broadcast_value", "gather_values"]
+
+_WORDS = 8  # header: kind, field a, field b, 5 words (40 bytes) of inline payload
+_INLINE = 8 * (_WORDS - 3)
+_SEND_FAILED = 0  # header kind: the source could not encode its value
+_TEXT_KINDS = (codec.KIND_STR, codec.KIND_PATH)
+
+
+def _header(model: ComputationModel, kind: int, a: int = 0, b: int = 0, inline: bytes = b"") -> Any:
+    words = np.zeros(_WORDS, dtype="<i8")
+    words[:3] = (kind, a, b)
+    if inline:
+        words[3:].view(np.uint8)[: len(inline)] = np.frombuffer(inline, dtype=np.uint8)
+    return torch.from_numpy(words).to(model._collective_device())
+
+
+def _inline_bytes(row: np.ndarray[Any, Any], length: int) -> bytes:
+    return bytes(row[3:].view(np.uint8)[:length].tobytes())
+
+
+def _bytes_tensor(model: ComputationModel, data: bytes | int) -> torch.Tensor:
+    device = model._collective_device()
+    if isinstance(data, int):
+        return torch.empty(data, dtype=torch.uint8, device=device)
+    if not data:
+        return torch.empty(0, dtype=torch.uint8, device=device)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
+
+
+def _to_bytes(tensor: torch.Tensor) -> bytes:
+    return bytes(tensor.cpu().numpy().tobytes())
+
+
+def _encode(value: Any) -> tuple[int, int, int, bytes]:
+    """Kind, fields and payload of a value to broadcast; TypeError / ValueError if it cannot go."""
+    if isinstance(value, torch.Tensor):
+        if value.layout != torch.strided:
+            raise TypeError(f"broadcast needs a dense (strided) tensor, got {value.layout}.")
+        return codec.KIND_TENSOR, codec.dtype_code(value.dtype), value.dim(), b""
+    kind = codec.kind_of(value)
+    if kind in codec.NUMBER_KINDS:
+        return kind, codec.encode_number(value, kind), 0, b""
+    if kind in _TEXT_KINDS:
+        payload = str(value).encode("utf-8")
+        return kind, len(payload), 0, payload
+    raise TypeError(
+        f"broadcast takes a tensor, a number, a str or a Path, got {type(value).__name__}: "
+        f"{value!r}."
+    )
+
+
+def broadcast_value(model: ComputationModel, value: Any, src: int, group: Any) -> Any:
+    """Broadcast a non-tensor value, or a tensor in safe mode; ``value`` is None off ``src``.
+
+    If the source cannot encode its value it still sends a header (kind 0), so every rank
+    raises instead of the others waiting forever.
+    """
+    is_src = value is not None
+    failure: Exception | None = None
+    kind, a, b, payload = _SEND_FAILED, 0, 0, b""
+    if is_src:
+        try:
+            kind, a, b, payload = _encode(value)
+        except (TypeError, ValueError) as err:
+            failure = err
+    inline = payload if len(payload) <= _INLINE else b""
+    if kind == codec.KIND_TENSOR and b <= _WORDS - 3:
+        inline = np.asarray(value.shape, dtype="<i8").tobytes()
+    sent = model._do_broadcast(_header(model, kind, a, b, inline), src, group)
+    row = sent.cpu().numpy()
+    kind, a, b = (int(x) for x in row[:3])
+    if failure is not None:
+        raise failure
+    if kind == _SEND_FAILED:
+        raise ValueError(
+            f"broadcast: the source rank {src} could not send its value (see its error)."
+        )
+    if kind in codec.NUMBER_KINDS:
+        return codec.decode_number(a, kind)
+    if kind in _TEXT_KINDS:
+        if a <= _INLINE:
+            payload = _inline_bytes(row, a)
+        else:
+            data = _bytes_tensor(model, payload if is_src else a)
+            payload = _to_bytes(model._do_broadcast(data, src, group))
+        text = payload.decode("utf-8")
+        return text if kind == codec.KIND_STR else codec.decode_path(text)
+    if kind == codec.KIND_TENSOR:
+        dtype, ndim = codec.dtype_from_code(a), b
+        if ndim <= _WORDS - 3:
+            shape = [int(d) for d in row[3 : 3 + ndim]]
+        else:
+            shape_t = torch.tensor(list(value.shape) if is_src else [0] * ndim, dtype=torch.int64)
+            shape = model._do_broadcast(shape_t.to(model._collective_device()), src, group).tolist()
+        target = value if is_src else torch.empty(shape, dtype=dtype, device=model.device())
+        return model._broadcast_tensor(target, src, group)
+    raise ValueError(f"Received an unknown broadcast header {row.tolist()}: a desynchronized job?")
+
+
+def _category(kind: int) -> str:
+    if kind in codec.NUMBER_KINDS:
+        return "number"
+    return "text" if kind in _TEXT_KINDS else "object"
+
+
+def gather_values(model: ComputationModel, value: Any, group: Any) -> list[Any]:
+    """All-gather non-tensor values; each comes back with its sender's exact type."""
+    kind = codec.kind_of(value)
+    payload = b""
+    if kind in codec.NUMBER_KINDS:
+        second = codec.encode_number(value, kind)
+    else:
+        if kind in _TEXT_KINDS:
+            payload = str(value).encode("utf-8")
+        else:
+            payload = pickle.dumps(value, protocol=5)
+        second = len(payload)
+    inline = payload if len(payload) <= _INLINE else b""
+    gathered = model._do_all_gather(_header(model, kind, second, inline=inline), group)
+    rows = gathered.cpu().numpy().reshape(-1, _WORDS)
+    header = [(int(r[0]), int(r[1])) for r in rows]
+    categories = {_category(k) for k, _ in header}
+    if len(categories) > 1:
+        # Every rank sees the same header table, so every rank raises here together.
+        table = ", ".join(f"rank {r}: {codec.KIND_NAMES[k]}" for r, (k, _) in enumerate(header))
+        raise TypeError(f"all_gather got values of different kinds across ranks ({table}).")
+    if categories == {"number"}:
+        return [codec.decode_number(bits, k) for k, bits in header]
+    sizes = [n for _, n in header]
+    if max(sizes) <= _INLINE:
+        chunks = [_inline_bytes(row, n) for row, n in zip(rows, sizes, strict=True)]
+    else:
+        chunks = _gather_bytes(model, payload, sizes, group)
+    out: list[Any] = []
+    for (k, _), chunk in zip(header, chunks, strict=True):
+        if k == codec.KIND_OBJECT:
+            out.append(pickle.loads(chunk))  # every rank asked for objects (same category)
+        else:
+            text = chunk.decode("utf-8")
+            out.append(text if k == codec.KIND_STR else codec.decode_path(text))
+    return out
+
+
+def _gather_bytes(
+    model: ComputationModel, payload: bytes, sizes: Sequence[int], group: Any
+) -> list[bytes]:
+    """All-gather byte strings whose lengths ``sizes`` every rank already knows."""
+    longest = max(sizes)
+    padded = torch.zeros(longest, dtype=torch.uint8)
+    if payload:
+        padded[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    gathered = model._do_all_gather(padded.to(model._collective_device()), group)
+    rows = gathered.cpu().numpy().reshape(len(sizes), longest)
+    return [bytes(rows[i, :n].tobytes()) for i, n in enumerate(sizes)]
