@@ -13,13 +13,8 @@ import torch.distributed as _dist
 
 from distbridge import errors
 from distbridge._api import (
-    all_gather,
-    all_gather_tensors_with_shapes,
-    all_reduce,
     available_backends,
     backend,
-    barrier,
-    broadcast,
     device,
     finalize,
     get_local_rank,
@@ -31,11 +26,23 @@ from distbridge._api import (
     hostname,
     initialize,
     model_name,
-    new_group,
     set_local_rank,
     show_config,
     spawn,
     sync,
+)
+from distbridge._collectives import (
+    all_gather,
+    all_gather_tensors_with_shapes,
+    all_reduce,
+    all_to_all,
+    barrier,
+    broadcast,
+    gather,
+    new_group,
+    reduce,
+    reduce_scatter,
+    scatter,
 )
 from distbridge._registry import RegisteredModels, registry
 from distbridge.errors import (
@@ -71,6 +78,7 @@ __all__ = [
     "all_gather",
     "all_gather_tensors_with_shapes",
     "all_reduce",
+    "all_to_all",
     "available_backends",
     "backend",
     "barrier",
@@ -78,6 +86,7 @@ __all__ = [
     "device",
     "errors",
     "finalize",
+    "gather",
     "get_local_rank",
     "get_nnodes",
     "get_node_rank",
@@ -93,8 +102,11 @@ __all__ = [
     "new_group",
     "one_rank_first",
     "one_rank_only",
+    "reduce",
+    "reduce_scatter",
     "registered_computation_models",
     "registry",
+    "scatter",
     "set_local_rank",
     "show_config",
     "spawn",

@@ -8,25 +8,19 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path, PurePath
-from typing import Any, Literal, overload
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
 from distbridge._registry import registry
 from distbridge._state import current, install, resync, set_local_rank_hint
-from distbridge._types import Group, SpawnResult
+from distbridge._types import SpawnResult
 from distbridge.errors import DistributedError
 
 __all__ = [
-    "all_gather",
-    "all_gather_tensors_with_shapes",
-    "all_reduce",
     "available_backends",
     "backend",
-    "barrier",
-    "broadcast",
     "device",
     "finalize",
     "get_local_rank",
@@ -38,15 +32,12 @@ __all__ = [
     "hostname",
     "initialize",
     "model_name",
-    "new_group",
     "registry",
     "set_local_rank",
     "show_config",
     "spawn",
     "sync",
 ]
-
-_AVG = Literal["AVG", "avg", "AVERAGE", "average", "Avg", "Average"]
 
 # ---- where am I -------------------------------------------------------------------------------
 
@@ -224,157 +215,3 @@ def show_config() -> None:
         ("node rank", model.get_node_rank()),
     ):
         _log.info("%s: %s", label, value)
-
-
-# ---- collectives ------------------------------------------------------------------------------
-
-
-@overload
-def all_reduce(
-    tensor: torch.Tensor, op: str = "SUM", group: Group | None = None
-) -> torch.Tensor: ...
-@overload
-def all_reduce(tensor: int, op: _AVG, group: Group | None = None) -> float: ...  # type: ignore[overload-overlap]
-@overload
-def all_reduce(tensor: int, op: str = "SUM", group: Group | None = None) -> int: ...
-@overload
-def all_reduce(tensor: float, op: str = "SUM", group: Group | None = None) -> float: ...
-def all_reduce(tensor: Any, op: str = "SUM", group: Group | None = None) -> Any:
-    """Reduce ``tensor`` over the ranks of ``group`` (default: all); every rank gets the result.
-
-    Args:
-        tensor: a tensor (reduced in place, like ``torch.distributed.all_reduce``, and returned on
-            its own device), or a Python number (an int stays an int, a float is reduced
-            in float64, a bool stays a bool under AND / OR / MIN / MAX).
-        op: "SUM", "PRODUCT", "MIN", "MAX", "AND", "OR" (bitwise on ints) or "AVG" (also
-            "AVERAGE"; floats only for tensors; a number's average is a float).
-            Case-insensitive. Horovod adds "ADASUM".
-        group: None for every rank, a list of ranks (the group is created once and cached),
-            or a backend group object. Ranks outside the group get ``tensor`` back unchanged.
-
-    Note:
-        Without a distributed context, returns ``tensor`` (validated as on any backend).
-
-    Example:
-        >>> idist.all_reduce(idist.get_rank() + 1)
-        3   # on each of 2 ranks
-    """
-    return current().all_reduce(tensor, op, group)
-
-
-@overload
-def all_gather(tensor: torch.Tensor, group: Group | None = None) -> torch.Tensor: ...
-@overload
-def all_gather(tensor: bool, group: Group | None = None) -> list[bool]: ...
-@overload
-def all_gather(tensor: int, group: Group | None = None) -> list[int]: ...
-@overload
-def all_gather(tensor: float, group: Group | None = None) -> list[float]: ...
-@overload
-def all_gather(tensor: str, group: Group | None = None) -> list[str]: ...
-@overload
-def all_gather(tensor: Any, group: Group | None = None) -> list[Any]: ...
-def all_gather(tensor: Any, group: Group | None = None) -> Any:
-    """Collect ``tensor`` (a tensor, number, str, Path or any picklable object) from every rank
-    of ``group``.
-
-    Returns:
-        For a tensor of shape (n, ...): a tensor of shape (group_size * n, ...), rank order
-        (a 0-dim tensor gives shape (group_size,)); every rank's tensor must have the same
-        shape. For a number, str, Path or any picklable object: a list with one entry per
-        rank, each with its sender's exact type. Ranks outside ``group`` get ``x`` (a tensor)
-        or ``[x]`` back.
-
-    Note:
-        Without a distributed context: a tensor comes back as a copy (0-dim: shape (1,)),
-        anything else as a one-item list. Objects are pickled: unpickling runs code from the sender,
-        so gather objects only from ranks you trust (your own job).
-
-    Example:
-        >>> idist.all_gather(f"rank{idist.get_rank()}")
-        ['rank0', 'rank1']   # on each of 2 ranks
-    """
-    return current().all_gather(tensor, group)
-
-
-@overload
-def broadcast(
-    tensor: torch.Tensor, src: int = 0, safe_mode: bool = False, group: Group | None = None
-) -> torch.Tensor: ...
-@overload
-def broadcast(
-    tensor: bool, src: int = 0, safe_mode: bool = False, group: Group | None = None
-) -> bool: ...
-@overload
-def broadcast(
-    tensor: int, src: int = 0, safe_mode: bool = False, group: Group | None = None
-) -> int: ...
-@overload
-def broadcast(
-    tensor: float, src: int = 0, safe_mode: bool = False, group: Group | None = None
-) -> float: ...
-@overload
-def broadcast(
-    tensor: str, src: int = 0, safe_mode: bool = False, group: Group | None = None
-) -> str: ...
-@overload
-def broadcast(
-    tensor: PurePath, src: int = 0, safe_mode: bool = False, group: Group | None = None
-) -> Path: ...
-@overload
-def broadcast(
-    tensor: None, src: int = 0, safe_mode: bool = True, group: Group | None = None
-) -> Any: ...
-def broadcast(
-    tensor: Any, src: int = 0, safe_mode: bool = False, group: Group | None = None
-) -> Any:
-    """Give every rank of ``group`` the value ``tensor`` of rank ``src`` (a global rank).
-
-    Numbers, str and Path arrive with the source's exact type and value, whatever the other
-    ranks passed. A tensor is received in place into each rank's tensor (same shape and
-    dtype on every rank) unless ``safe_mode=True``, where the source sends dtype and shape
-    first and the other ranks may pass None (they get a new tensor on ``device()``).
-
-    Note:
-        Without a distributed context, returns ``tensor`` (``src`` must be 0).
-
-    Example:
-        >>> value = 0.1 if idist.get_rank() == 0 else None
-        >>> idist.broadcast(value, safe_mode=True)
-        0.1   # on every rank, exactly
-    """
-    return current().broadcast(tensor, src, safe_mode, group)
-
-
-def barrier(group: Group | None = None) -> None:
-    """Wait until every rank of ``group`` (default: all) has called ``barrier``.
-
-    Note:
-        Without a distributed context, returns at once.
-    """
-    current().barrier(group)
-
-
-def new_group(ranks: Sequence[int], **kwargs: Any) -> Any:
-    """A group of the global ``ranks``; created once per rank set and options, then reused.
-
-    Every rank must call it (torch.distributed creates groups collectively). Without a
-    distributed context, returns the validated list of ranks.
-    """
-    return current().new_group(ranks, **kwargs)
-
-
-def all_gather_tensors_with_shapes(
-    tensor: torch.Tensor, shapes: Sequence[Sequence[int]], group: Group | None = None
-) -> list[torch.Tensor]:
-    """Gather tensors whose shapes differ across ranks, when every rank knows all shapes.
-
-    Args:
-        tensor: this rank's tensor; its shape must be ``shapes[group rank]``.
-        shapes: the shape of every group member's tensor, in group-rank order.
-        group: as in `all_reduce`.
-
-    Returns:
-        One tensor per group member, each with its own shape.
-    """
-    return current().all_gather_tensors_with_shapes(tensor, shapes, group)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from distbridge import _api
+from distbridge import _api, _collectives
 
 __all__ = ["one_rank_first", "one_rank_only"]
 
@@ -44,7 +44,7 @@ def one_rank_only(rank: int = 0, with_barrier: bool = False) -> Callable[[F], F]
             if _api.get_rank() == _check_rank(rank, _api.get_world_size(), "rank"):
                 result = func(*args, **kwargs)
             if with_barrier:
-                _api.barrier()
+                _collectives.barrier()
             return result
 
         return wrapper  # type: ignore[return-value]
@@ -69,7 +69,7 @@ def one_rank_first(rank: int = 0, local: bool = False) -> Iterator[None]:
     size = _api.get_nproc_per_node() if local else _api.get_world_size()
     _check_rank(rank, size, "local rank" if local else "rank")
     if me != rank:
-        _api.barrier()
+        _collectives.barrier()
     yield
     if me == rank:
-        _api.barrier()
+        _collectives.barrier()

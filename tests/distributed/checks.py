@@ -296,6 +296,150 @@ def check_one_rank_helpers(tmp: Path) -> None:
     assert only_zero() == (42 if rank == 0 else None)
 
 
+def check_reduce(tmp: Path) -> None:
+    rank, world = _ranks()
+    dst = world - 1
+    values = [r + 1 for r in range(world)]
+    for op, expected in (("SUM", sum(values)), ("max", max(values)), ("MIN", 1),
+                         ("PRODUCT", math.prod(values)), ("AVG", sum(values) / world)):  # fmt: skip
+        x = torch.full((2, 2), float(rank + 1))
+        out = idist.reduce(x, dst=dst, op=op)
+        assert out is x
+        want = float(expected) if rank == dst else float(rank + 1)
+        assert torch.allclose(x, torch.full((2, 2), want)), (op, rank, x)
+    total = idist.reduce(rank + 1, dst=0)
+    assert type(total) is int and total == (sum(values) if rank == 0 else rank + 1)
+    tenth = idist.reduce(0.1, dst=0, op="MIN")
+    assert type(tenth) is float and tenth == 0.1
+    small = idist.reduce(torch.tensor([rank + 1], dtype=torch.uint16), dst=0)
+    assert small.dtype == torch.uint16
+    assert small.item() == (sum(values) if rank == 0 else rank + 1)
+
+
+def check_gather_uneven(tmp: Path) -> None:
+    rank, world = _ranks()
+    dst = world // 2
+    parts = idist.gather(torch.full((rank + 1, 2), rank, dtype=torch.int32), dst=dst)
+    if rank == dst:
+        assert [tuple(p.shape) for p in parts] == [(r + 1, 2) for r in range(world)]
+        assert [p.unique().tolist() for p in parts] == [[r] for r in range(world)]
+        assert all(p.dtype == torch.int32 for p in parts)
+    else:
+        assert parts == []
+    same = idist.gather(torch.tensor([rank, rank]), dst=0)
+    assert [p.tolist() for p in same] == ([[r, r] for r in range(world)] if rank == 0 else [])
+    numbers = idist.gather(rank if rank % 2 else rank + 0.5, dst=0)
+    if rank == 0:
+        assert numbers == [r if r % 2 else r + 0.5 for r in range(world)]
+        assert [type(n) for n in numbers] == [int if r % 2 else float for r in range(world)]
+    texts = idist.gather(f"ränk{rank}", dst=0)
+    assert texts == ([f"ränk{r}" for r in range(world)] if rank == 0 else [])
+    wide = idist.gather(torch.tensor([rank], dtype=torch.uint64), dst=0)
+    assert [w.item() for w in wide] == (list(range(world)) if rank == 0 else [])
+
+
+def check_scatter_uneven(tmp: Path) -> None:
+    rank, world = _ranks()
+    src = world - 1
+    tensors = [torch.full((r + 1, 3), float(r)) for r in range(world)] if rank == src else None
+    mine = idist.scatter(tensors, src=src)
+    assert mine.shape == (rank + 1, 3) and mine.unique().tolist() == [float(rank)]
+    mine16 = idist.scatter(
+        [torch.tensor([r, 7], dtype=torch.int16) for r in range(world)] if rank == 0 else None
+    )
+    assert mine16.dtype == torch.int16 and mine16.tolist() == [rank, 7]
+    scalars = idist.scatter([torch.tensor(r * 1.5) for r in range(world)] if rank == 0 else None)
+    assert scalars.dim() == 0 and scalars.item() == rank * 1.5
+
+
+def check_reduce_scatter(tmp: Path) -> None:
+    rank, world = _ranks()
+    x = torch.arange(2.0 * world).reshape(world, 2) * (rank + 1)
+    before = x.clone()
+    out = idist.reduce_scatter(x)
+    factor = sum(r + 1 for r in range(world))
+    assert torch.equal(x, before), "reduce_scatter must not modify its input"
+    assert out.shape == (1, 2)
+    assert out.tolist() == [[2.0 * rank * factor, (2.0 * rank + 1) * factor]]
+    avg = idist.reduce_scatter(torch.full((world * 3,), float(rank)), op="AVG")
+    assert avg.shape == (3,) and torch.allclose(avg, torch.full((3,), sum(range(world)) / world))
+    biggest = idist.reduce_scatter(torch.full((world,), rank, dtype=torch.int16), op="MAX")
+    assert biggest.dtype == torch.int16 and biggest.tolist() == [world - 1]
+    try:
+        idist.reduce_scatter(torch.ones(world + 1))
+    except ValueError as err:
+        assert world > 1 and "multiple of" in str(err)
+    else:
+        assert world == 1, "dim 0 that does not divide must raise"
+
+
+def check_all_to_all_uneven(tmp: Path) -> None:
+    rank, world = _ranks()
+    sent = [torch.full((rank + j + 1, 2), rank * 10 + j) for j in range(world)]
+    got = idist.all_to_all(sent)
+    assert len(got) == world
+    for j, piece in enumerate(got):
+        assert piece.shape == (j + rank + 1, 2), (j, piece.shape)
+        assert piece.unique().tolist() == [j * 10 + rank]
+    wide = idist.all_to_all([torch.tensor([rank, j], dtype=torch.uint32) for j in range(world)])
+    assert [w.tolist() for w in wide] == [[j, rank] for j in range(world)]
+    assert all(w.dtype == torch.uint32 for w in wide)
+
+
+def check_extra_collectives_in_groups(tmp: Path) -> None:
+    rank, world = _ranks()
+    members = [0, world - 1] if world > 1 else [0]
+    inside = rank in members
+    me = members.index(rank) if inside else -1
+    x = torch.tensor([float(rank + 1)])
+    out = idist.reduce(x.clone(), dst=members[-1], op="SUM", group=members)
+    want = sum(r + 1 for r in members) if rank == members[-1] else rank + 1
+    assert out.item() == want
+    parts = idist.gather(torch.tensor([rank]), dst=members[0], group=members)
+    assert [p.item() for p in parts] == (members if rank == members[0] else [])
+    given = [torch.tensor([r]) for r in members] if rank == members[0] else None
+    piece = idist.scatter(given, src=members[0], group=members)
+    assert (piece.tolist() == [rank]) if inside else piece is None
+    rs = idist.reduce_scatter(torch.ones(len(members), 2), group=members)
+    assert rs.tolist() == ([[float(len(members))] * 2] if inside else [[1.0, 1.0]] * len(members))
+    a2a = idist.all_to_all([torch.tensor([rank, j]) for j in range(len(members))], group=members)
+    if inside:
+        assert [t.tolist() for t in a2a] == [[src, me] for src in members]
+    else:
+        assert [t.tolist() for t in a2a] == [[rank, j] for j in range(len(members))]
+
+
+def check_extra_collectives_bad_input(tmp: Path) -> None:
+    """Bad input: a clear error on every rank, never a hang."""
+    rank, world = _ranks()
+    for call in (
+        lambda: idist.reduce(torch.ones(1), dst=world),
+        lambda: idist.gather(torch.ones(1), dst=-1),
+        lambda: idist.scatter(None, src=world),
+        lambda: idist.all_to_all([torch.ones(1)] * (world + 1)),
+        lambda: idist.reduce(torch.ones(1, dtype=torch.int64), op="AVG"),
+        lambda: idist.reduce(torch.ones(1), dst="0"),
+    ):
+        try:
+            call()
+        except (ValueError, TypeError):
+            pass
+        else:
+            raise AssertionError("bad input was accepted")
+    # the source alone sees the bad list; every rank still raises together
+    bad = [torch.ones(1)] * (world + 1) if rank == 0 else None
+    try:
+        idist.scatter(bad, src=0)
+    except ValueError as err:
+        assert (
+            ("list of" in str(err))
+            if rank == 0
+            else ("see that rank" in str(err) or "list of" in str(err))
+        )
+    else:
+        raise AssertionError("a bad scatter list must raise on every rank")
+
+
 def check_finalize_and_reinitialize(tmp: Path) -> None:
     """Leave the job and join it again: a fresh context, nothing stale (runs last)."""
     rank, world = _ranks()
@@ -313,6 +457,33 @@ CHECKS = [name for name in dir() if name.startswith("check_")]
 # Re-initialization changes the context, so it runs after every other check.
 CHECKS.remove("check_finalize_and_reinitialize")
 CHECKS.append("check_finalize_and_reinitialize")
+
+
+EXTRA_CHECKS = [n for n in CHECKS if "reduce" in n or "gather_uneven" in n or "scatter" in n
+                or "all_to_all" in n or "extra" in n]  # fmt: skip
+
+
+def run_checks_emulated(local_rank: int, names: list[str], tmp: str) -> dict[str, str]:
+    """Run checks with the native model's own ops switched off: the base class's default
+    emulations of reduce, gather, scatter, reduce_scatter and all_to_all do the work."""
+    from distbridge import _state
+    from distbridge.models import ComputationModel, NativeModel
+
+    class EmulatingNativeModel(NativeModel):
+        _do_reduce = ComputationModel._do_reduce
+        _do_gather = ComputationModel._do_gather
+        _do_scatter = ComputationModel._do_scatter
+        _do_reduce_scatter = ComputationModel._do_reduce_scatter
+        _do_all_to_all = ComputationModel._do_all_to_all
+
+    native = _state.current()
+    emulating = EmulatingNativeModel.from_context()
+    assert emulating is not None
+    _state.install(emulating)
+    try:
+        return run_checks(local_rank, names, tmp)
+    finally:
+        _state.install(native)
 
 
 def run_checks(local_rank: int, names: list[str], tmp: str) -> dict[str, str]:

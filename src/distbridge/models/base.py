@@ -19,7 +19,9 @@ from typing_extensions import Self
 from distbridge._types import Group, SpawnResult
 from distbridge.models import _carriers as carriers
 from distbridge.models import _codec as codec
+from distbridge.models import _extra as extra
 from distbridge.models import _values as values
+from distbridge.models._checks import check_dense, check_reducible, region, write_back
 from distbridge.models._groups import GroupCache
 
 __all__ = ["NOT_A_MEMBER", "ComputationModel"]
@@ -198,7 +200,7 @@ class ComputationModel(ABC):
         """Reduce ``x`` across ranks; see ``distbridge.all_reduce``."""
         name = codec.canonical_op(op, self.reduce_ops, self.name)
         if isinstance(x, torch.Tensor):
-            _check_reducible(x, name)
+            check_reducible(x, name)
             resolved = self._groups.resolve(group)
             if resolved is NOT_A_MEMBER:
                 return x
@@ -228,7 +230,7 @@ class ComputationModel(ABC):
         """Gather ``x`` from every rank; see ``distbridge.all_gather``."""
         resolved = self._groups.resolve(group)
         if isinstance(x, torch.Tensor):
-            _check_dense(x, "all_gather")
+            check_dense(x, "all_gather")
             if resolved is NOT_A_MEMBER:
                 return x
             return self._gather_tensor(x.unsqueeze(0) if x.dim() == 0 else x, resolved)
@@ -241,12 +243,12 @@ class ComputationModel(ABC):
     ) -> Any:
         """Send ``x`` from rank ``src`` to every rank; see ``distbridge.broadcast``."""
         resolved = self._groups.resolve(group)
-        self._check_src(src, resolved)
+        self._check_root("src", src, resolved)
         if resolved is NOT_A_MEMBER:
             return x
         is_src = self.get_rank() == src
         if isinstance(x, torch.Tensor) and not safe_mode:
-            _check_dense(x, "broadcast")
+            check_dense(x, "broadcast")
             return self._broadcast_tensor(x, src, resolved)
         if x is None and (is_src or not safe_mode):
             where = "the source rank" if is_src else f"rank {self.get_rank()}"
@@ -291,9 +293,59 @@ class ComputationModel(ABC):
             raise ValueError(f"Every shape must have {tensor.dim()} dimensions: {shape_list}.")
         max_shape = [max(dims) for dims in zip(*shape_list, strict=True)] if tensor.dim() else []
         padded = tensor.new_zeros([1, *max_shape])
-        padded[_region(0, tensor.shape)] = tensor
+        padded[region(0, tensor.shape)] = tensor
         gathered = self._gather_tensor(padded, resolved)
-        return [gathered[_region(i, s)] for i, s in enumerate(shape_list)]
+        return [gathered[region(i, s)] for i, s in enumerate(shape_list)]
+
+    def reduce(self, x: Any, dst: int = 0, op: str = "SUM", group: Group | None = None) -> Any:
+        """Reduce onto ``dst``; see ``distbridge.reduce``."""
+        return extra.reduce(self, x, dst, op, group)
+
+    def gather(self, x: Any, dst: int = 0, group: Group | None = None) -> list[Any]:
+        """Collect every rank's ``x`` on ``dst``; see ``distbridge.gather``."""
+        return extra.gather(self, x, dst, group)
+
+    def scatter(self, tensors: Any, src: int = 0, group: Group | None = None) -> Any:
+        """Give rank r ``tensors[r]`` from ``src``; see ``distbridge.scatter``."""
+        return extra.scatter(self, tensors, src, group)
+
+    def reduce_scatter(self, tensor: Any, op: str = "SUM", group: Group | None = None) -> Any:
+        """Reduce, then give rank r chunk r; see ``distbridge.reduce_scatter``."""
+        return extra.reduce_scatter(self, tensor, op, group)
+
+    def all_to_all(self, tensors: Any, group: Group | None = None) -> list[torch.Tensor]:
+        """Send ``tensors[j]`` to rank j; see ``distbridge.all_to_all``."""
+        return extra.all_to_all(self, tensors, group)
+
+    # ---- primitives with a default emulation (override where the backend has the op) ---------
+
+    def _do_reduce(self, tensor: torch.Tensor, dst: int, op: str, group: Any) -> torch.Tensor:
+        """Reduce onto global rank ``dst``; the result only matters there. Default: all-reduce."""
+        return self._do_all_reduce(tensor, op, group)
+
+    def _do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:
+        """Every member's ``tensor`` (same shape everywhere) on ``dst``; None elsewhere.
+        Default: all-gather."""
+        return extra.emulate_gather(self, tensor, group)
+
+    def _do_scatter(
+        self, chunks: list[torch.Tensor] | None, out: torch.Tensor, src: int, group: Any
+    ) -> torch.Tensor:
+        """Fill ``out`` with ``chunks[group rank]`` from ``src`` (same shapes); return it.
+        Default: one broadcast of every chunk."""
+        return extra.emulate_scatter(self, chunks, out, src, group)
+
+    def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
+        """Chunk ``group rank`` of the reduction of ``tensor`` split along dim 0; must not modify
+        ``tensor``. Default: all-reduce of a copy."""
+        return extra.emulate_reduce_scatter(self, tensor, op, group)
+
+    def _do_all_to_all(
+        self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
+    ) -> torch.Tensor:
+        """Flat all-to-all: send ``data.split(in_splits)[j]`` to group rank j, return what every
+        rank sent here, concatenated (``out_splits`` long). Default: all-gathers."""
+        return extra.emulate_all_to_all(self, data, in_splits, out_splits, group)
 
     # ---- the shared algorithm ----------------------------------------------------------------
 
@@ -317,8 +369,8 @@ class ComputationModel(ABC):
         work = self._to_placement(x)
         if work.dtype in self.uncarried_dtypes:
             self._do_broadcast(carriers.as_bytes(work), src, group)  # fills work in place
-            return _write_back(x, work)
-        return _write_back(x, self._do_broadcast(work, src, group))
+            return write_back(x, work)
+        return write_back(x, self._do_broadcast(work, src, group))
 
     def _reduce_tensor(self, x: torch.Tensor, op: str, group: Any) -> torch.Tensor:
         work = self._to_placement(x)
@@ -330,53 +382,22 @@ class ComputationModel(ABC):
             out.div_(self._group_size(group))
         else:
             out = self._do_all_reduce(work, op, group)
-        return _write_back(x, out if back is None else back(out))
+        return write_back(x, out if back is None else back(out))
 
-    def _check_src(self, src: object, group: Any) -> None:
-        if not isinstance(src, int) or isinstance(src, bool):
-            raise TypeError(f"src must be an int rank, got {src!r}.")
+    def _check_root(self, name: str, root: object, group: Any) -> None:
+        """Validate a source / destination global rank (``src``, ``dst``) for ``group``."""
+        if not isinstance(root, int) or isinstance(root, bool):
+            raise TypeError(f"{name} must be an int rank, got {root!r}.")
         world = self.get_world_size()
-        if not 0 <= src < world:
-            raise ValueError(f"src={src} is not a rank of this world of size {world}.")
+        if not 0 <= root < world:
+            raise ValueError(f"{name}={root} is not a rank of this world of size {world}.")
         if group is not None and group is not NOT_A_MEMBER:
             members = self._group_members(group)
-            if src not in members:
-                raise ValueError(f"src={src} is not a member of the group {list(members)}.")
+            if root not in members:
+                raise ValueError(f"{name}={root} is not a member of the group {list(members)}.")
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(backend={self.backend()!r}, rank={self.get_rank()}, "
             f"world_size={self.get_world_size()})"
         )
-
-
-def _region(index: int, shape: Sequence[int]) -> tuple[int | slice, ...]:
-    """The index of entry ``index`` of a stacked tensor, cut to ``shape``."""
-    return (index, *[slice(0, d) for d in shape])
-
-
-def _check_dense(tensor: torch.Tensor, what: str) -> None:
-    if tensor.layout != torch.strided:
-        raise TypeError(f"{what} needs a dense (strided) tensor, got layout {tensor.layout}.")
-
-
-def _check_reducible(tensor: torch.Tensor, op: str) -> None:
-    _check_dense(tensor, "all_reduce")
-    dtype = tensor.dtype
-    if op in ("AND", "OR") and (dtype.is_floating_point or dtype.is_complex):
-        raise TypeError(f"Reduction {op} needs a bool or integer tensor, got dtype {dtype}.")
-    if op == "AVG" and not (dtype.is_floating_point or dtype.is_complex):
-        raise TypeError(
-            f"Reduction AVG needs a floating-point tensor, got dtype {dtype}: an integer "
-            "average would be truncated. Convert with .double() or use SUM."
-        )
-    if op in ("MIN", "MAX") and dtype.is_complex:
-        raise TypeError(f"Reduction {op} is undefined for complex dtype {dtype}.")
-
-
-def _write_back(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """Make ``x`` hold ``out`` (when the collective worked on a copy) and return ``x``."""
-    if out is not x:
-        with torch.no_grad():
-            x.copy_(out)
-    return x

@@ -110,6 +110,7 @@ class NativeModel(ComputationModel):
         self._pg = _default_pg()
         self._layout = layout
         self._env_restore = dict(env_set or {})
+        self._emulated: set[str] = set()  # ops this backend refused; the base class emulates them
         # As in ignite: with CUDA present, every native backend computes on cuda:<local rank>.
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         use_gpu = backend == "nccl" or layout.local_rank < gpus
@@ -310,6 +311,59 @@ class NativeModel(ComputationModel):
     def _do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor:
         dist.broadcast(tensor, src=src, group=group)
         return tensor
+
+    @override
+    def _do_reduce(self, tensor: torch.Tensor, dst: int, op: str, group: Any) -> torch.Tensor:
+        dist.reduce(tensor, dst=dst, op=_OPS[op], group=group)
+        return tensor
+
+    @override
+    def _do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:
+        is_dst = self._layout.rank == dst
+        parts = (
+            [torch.empty_like(tensor) for _ in range(self._group_size(group))] if is_dst else None
+        )
+        dist.gather(tensor, gather_list=parts, dst=dst, group=group)
+        return parts
+
+    @override
+    def _do_scatter(
+        self, chunks: list[torch.Tensor] | None, out: torch.Tensor, src: int, group: Any
+    ) -> torch.Tensor:
+        dist.scatter(out, scatter_list=chunks, src=src, group=group)
+        return out
+
+    @override
+    def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
+        if "reduce_scatter" not in self._emulated:
+            out = tensor.new_empty((tensor.shape[0] // self._group_size(group), *tensor.shape[1:]))
+            try:
+                dist.reduce_scatter_tensor(out, tensor, op=_OPS[op], group=group)
+                return out
+            except RuntimeError as err:
+                self._fall_back("reduce_scatter", err)
+        return super()._do_reduce_scatter(tensor, op, group)
+
+    @override
+    def _do_all_to_all(
+        self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
+    ) -> torch.Tensor:
+        if "all_to_all" not in self._emulated:
+            out = data.new_empty(sum(out_splits))
+            try:
+                dist.all_to_all_single(out, data, out_splits, in_splits, group=group)
+                return out
+            except RuntimeError as err:
+                self._fall_back("all_to_all", err)
+        return super()._do_all_to_all(data, in_splits, out_splits, group)
+
+    def _fall_back(self, op: str, err: RuntimeError) -> None:
+        """Emulate ``op`` from now on if the backend refused it. Backends refuse an op they
+        lack before communicating, on every rank alike, so falling back keeps ranks in step;
+        any other error is re-raised."""
+        if "does not support" not in str(err) and "not supported" not in str(err):
+            raise err
+        self._emulated.add(op)
 
     @override
     def _do_barrier(self, group: Any) -> None:

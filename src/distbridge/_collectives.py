@@ -1,0 +1,301 @@
+"""The facade's collectives: each function delegates to the active computation model.
+
+Every collective works without a distributed context (the serial model answers as a
+world of one would) and validates its arguments the same way on every model, so a
+bad call fails on a laptop exactly as it would on a cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path, PurePath
+from typing import Any, Literal, overload
+
+import torch
+
+from distbridge._state import current
+from distbridge._types import Group
+
+__all__ = [
+    "all_gather",
+    "all_gather_tensors_with_shapes",
+    "all_reduce",
+    "all_to_all",
+    "barrier",
+    "broadcast",
+    "gather",
+    "new_group",
+    "reduce",
+    "reduce_scatter",
+    "scatter",
+]
+
+_AVG = Literal["AVG", "avg", "AVERAGE", "average", "Avg", "Average"]
+
+
+@overload
+def all_reduce(
+    tensor: torch.Tensor, op: str = "SUM", group: Group | None = None
+) -> torch.Tensor: ...
+@overload
+def all_reduce(tensor: int, op: _AVG, group: Group | None = None) -> float: ...  # type: ignore[overload-overlap]
+@overload
+def all_reduce(tensor: int, op: str = "SUM", group: Group | None = None) -> int: ...
+@overload
+def all_reduce(tensor: float, op: str = "SUM", group: Group | None = None) -> float: ...
+def all_reduce(tensor: Any, op: str = "SUM", group: Group | None = None) -> Any:
+    """Reduce ``tensor`` over the ranks of ``group`` (default: all); every rank gets the result.
+
+    Args:
+        tensor: a tensor (reduced in place, like ``torch.distributed.all_reduce``, and returned on
+            its own device), or a Python number (an int stays an int, a float is reduced
+            in float64, a bool stays a bool under AND / OR / MIN / MAX).
+        op: "SUM", "PRODUCT", "MIN", "MAX", "AND", "OR" (bitwise on ints) or "AVG" (also
+            "AVERAGE"; floats only for tensors; a number's average is a float).
+            Case-insensitive. Horovod adds "ADASUM".
+        group: None for every rank, a list of ranks (the group is created once and cached),
+            or a backend group object. Ranks outside the group get ``tensor`` back unchanged.
+
+    Note:
+        Without a distributed context, returns ``tensor`` (validated as on any backend).
+
+    Example:
+        >>> idist.all_reduce(idist.get_rank() + 1)
+        3   # on each of 2 ranks
+    """
+    return current().all_reduce(tensor, op, group)
+
+
+@overload
+def all_gather(tensor: torch.Tensor, group: Group | None = None) -> torch.Tensor: ...
+@overload
+def all_gather(tensor: bool, group: Group | None = None) -> list[bool]: ...
+@overload
+def all_gather(tensor: int, group: Group | None = None) -> list[int]: ...
+@overload
+def all_gather(tensor: float, group: Group | None = None) -> list[float]: ...
+@overload
+def all_gather(tensor: str, group: Group | None = None) -> list[str]: ...
+@overload
+def all_gather(tensor: Any, group: Group | None = None) -> list[Any]: ...
+def all_gather(tensor: Any, group: Group | None = None) -> Any:
+    """Collect ``tensor`` (a tensor, number, str, Path or any picklable object) from every rank
+    of ``group``.
+
+    Returns:
+        For a tensor of shape (n, ...): a tensor of shape (group_size * n, ...), rank order
+        (a 0-dim tensor gives shape (group_size,)); every rank's tensor must have the same
+        shape. For a number, str, Path or any picklable object: a list with one entry per
+        rank, each with its sender's exact type. Ranks outside ``group`` get ``x`` (a tensor)
+        or ``[x]`` back.
+
+    Note:
+        Without a distributed context: a tensor comes back as a copy (0-dim: shape (1,)),
+        anything else as a one-item list. Objects are pickled: unpickling runs code from the sender,
+        so gather objects only from ranks you trust (your own job).
+
+    Example:
+        >>> idist.all_gather(f"rank{idist.get_rank()}")
+        ['rank0', 'rank1']   # on each of 2 ranks
+    """
+    return current().all_gather(tensor, group)
+
+
+@overload
+def broadcast(
+    tensor: torch.Tensor, src: int = 0, safe_mode: bool = False, group: Group | None = None
+) -> torch.Tensor: ...
+@overload
+def broadcast(
+    tensor: bool, src: int = 0, safe_mode: bool = False, group: Group | None = None
+) -> bool: ...
+@overload
+def broadcast(
+    tensor: int, src: int = 0, safe_mode: bool = False, group: Group | None = None
+) -> int: ...
+@overload
+def broadcast(
+    tensor: float, src: int = 0, safe_mode: bool = False, group: Group | None = None
+) -> float: ...
+@overload
+def broadcast(
+    tensor: str, src: int = 0, safe_mode: bool = False, group: Group | None = None
+) -> str: ...
+@overload
+def broadcast(
+    tensor: PurePath, src: int = 0, safe_mode: bool = False, group: Group | None = None
+) -> Path: ...
+@overload
+def broadcast(
+    tensor: None, src: int = 0, safe_mode: bool = True, group: Group | None = None
+) -> Any: ...
+def broadcast(
+    tensor: Any, src: int = 0, safe_mode: bool = False, group: Group | None = None
+) -> Any:
+    """Give every rank of ``group`` the value ``tensor`` of rank ``src`` (a global rank).
+
+    Numbers, str and Path arrive with the source's exact type and value, whatever the other
+    ranks passed. A tensor is received in place into each rank's tensor (same shape and
+    dtype on every rank) unless ``safe_mode=True``, where the source sends dtype and shape
+    first and the other ranks may pass None (they get a new tensor on ``device()``).
+
+    Note:
+        Without a distributed context, returns ``tensor`` (``src`` must be 0).
+
+    Example:
+        >>> value = 0.1 if idist.get_rank() == 0 else None
+        >>> idist.broadcast(value, safe_mode=True)
+        0.1   # on every rank, exactly
+    """
+    return current().broadcast(tensor, src, safe_mode, group)
+
+
+def barrier(group: Group | None = None) -> None:
+    """Wait until every rank of ``group`` (default: all) has called ``barrier``.
+
+    Note:
+        Without a distributed context, returns at once.
+    """
+    current().barrier(group)
+
+
+def new_group(ranks: Sequence[int], **kwargs: Any) -> Any:
+    """A group of the global ``ranks``; created once per rank set and options, then reused.
+
+    Every rank must call it (torch.distributed creates groups collectively). Without a
+    distributed context, returns the validated list of ranks.
+    """
+    return current().new_group(ranks, **kwargs)
+
+
+def all_gather_tensors_with_shapes(
+    tensor: torch.Tensor, shapes: Sequence[Sequence[int]], group: Group | None = None
+) -> list[torch.Tensor]:
+    """Gather tensors whose shapes differ across ranks, when every rank knows all shapes.
+
+    Args:
+        tensor: this rank's tensor; its shape must be ``shapes[group rank]``.
+        shapes: the shape of every group member's tensor, in group-rank order.
+        group: as in `all_reduce`.
+
+    Returns:
+        One tensor per group member, each with its own shape.
+    """
+    return current().all_gather_tensors_with_shapes(tensor, shapes, group)
+
+
+@overload
+def reduce(
+    tensor: torch.Tensor, dst: int = 0, op: str = "SUM", group: Group | None = None
+) -> torch.Tensor: ...
+@overload
+def reduce(tensor: int, dst: int = 0, op: str = "SUM", group: Group | None = None) -> int: ...
+@overload
+def reduce(tensor: float, dst: int = 0, op: str = "SUM", group: Group | None = None) -> float: ...
+def reduce(tensor: Any, dst: int = 0, op: str = "SUM", group: Group | None = None) -> Any:
+    """Reduce ``tensor`` over the ranks of ``group`` onto global rank ``dst``.
+
+    Args:
+        tensor: a tensor (on ``dst`` it holds the result afterwards, like
+            ``torch.distributed.reduce``) or a Python number (exact type kept).
+        dst: the global rank that receives the result.
+        op: as in `all_reduce`.
+        group: as in `all_reduce`.
+
+    Returns:
+        On ``dst``, the result. On every other rank, ``tensor`` unchanged: distbridge never
+        leaves the scratch values some backends write into non-destination buffers.
+
+    Note:
+        Without a distributed context, returns ``tensor`` (``dst`` must be 0).
+
+    Example:
+        >>> idist.reduce(idist.get_rank() + 1, dst=0)
+        3   # on rank 0 of 2; rank 1 gets 2 (its own value) back
+    """
+    return current().reduce(tensor, dst, op, group)
+
+
+def gather(tensor: Any, dst: int = 0, group: Group | None = None) -> list[Any]:
+    """Collect every rank's ``tensor`` on global rank ``dst``.
+
+    Tensors may have different shapes on different ranks (same dtype and number of
+    dimensions); nobody needs to know them in advance. Numbers, str, Path and other
+    picklable values come back with their sender's exact type.
+
+    Returns:
+        On ``dst``, a list with one entry per group member, in rank order; ``[]`` elsewhere.
+
+    Note:
+        Without a distributed context, returns ``[tensor]``.
+
+    Example:
+        >>> idist.gather(torch.arange(idist.get_rank() + 1), dst=0)
+        [tensor([0]), tensor([0, 1])]   # on rank 0 of 2; [] on rank 1
+    """
+    return current().gather(tensor, dst, group)
+
+
+def scatter(
+    tensors: Sequence[torch.Tensor] | None, src: int = 0, group: Group | None = None
+) -> Any:
+    """Give each rank of ``group`` its own tensor from global rank ``src``.
+
+    Args:
+        tensors: on ``src``, one tensor per group member in group-rank order (shapes may
+            differ, same dtype and number of dimensions); ignored elsewhere (pass None).
+        src: the global rank that sends.
+        group: as in `all_reduce`.
+
+    Returns:
+        Group rank r's ``tensors[r]``, on ``device()`` (on ``src``: on the input's device).
+
+    Note:
+        Without a distributed context, returns ``tensors[0]``.
+
+    Example:
+        >>> parts = [torch.zeros(1), torch.ones(2)] if idist.get_rank() == 0 else None
+        >>> idist.scatter(parts, src=0)
+        tensor([0.])   # on rank 0; tensor([1., 1.]) on rank 1
+    """
+    return current().scatter(tensors, src, group)
+
+
+def reduce_scatter(
+    tensor: torch.Tensor, op: str = "SUM", group: Group | None = None
+) -> torch.Tensor:
+    """Split ``tensor`` along dim 0 into one chunk per group member, reduce each chunk over
+    the ranks, and give group rank r the reduced chunk r.
+
+    ``tensor.shape[0]`` must be a multiple of the group size (ValueError otherwise). The
+    input is not modified. Where the backend has no reduce-scatter (gloo before torch 2.13,
+    or a backend without the op) it is emulated exactly by an all-reduce of a copy and a
+    slice, which moves group-size times more data.
+
+    Note:
+        Without a distributed context, returns a reduced copy: ``tensor`` itself as one chunk.
+
+    Example:
+        >>> idist.reduce_scatter(torch.arange(4.0))
+        tensor([0., 2.])   # on rank 0 of 2; tensor([4., 6.]) on rank 1
+    """
+    return current().reduce_scatter(tensor, op, group)  # type: ignore[no-any-return]
+
+
+def all_to_all(tensors: Sequence[torch.Tensor], group: Group | None = None) -> list[torch.Tensor]:
+    """Send ``tensors[j]`` to group rank j and receive one tensor from every group rank.
+
+    Sizes may be uneven: each tensor may have its own shape (same dtype and number of
+    dimensions everywhere), and receivers learn the shapes on the way.
+
+    Returns:
+        A list whose entry j is what group rank j sent to this rank.
+
+    Note:
+        Without a distributed context, returns ``[tensors[0]]``.
+
+    Example:
+        >>> idist.all_to_all([torch.tensor([r * 10 + idist.get_rank()]) for r in range(2)])
+        [tensor([0]), tensor([1])]   # on rank 0 of 2; [tensor([10]), tensor([11])] on rank 1
+    """
+    return current().all_to_all(tensors, group)

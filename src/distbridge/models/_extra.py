@@ -1,0 +1,315 @@
+"""reduce, gather, scatter, reduce_scatter and all_to_all: the algorithm once, over primitives.
+
+Shapes may differ across ranks without the caller knowing them: ranks first exchange
+one small row per tensor (dtype code, rank, dims), then move data padded to a common
+shape and trim it. A rank that cannot describe its tensor sends a "bad" row instead
+of raising at once, so every rank raises together rather than some waiting forever.
+The ``emulate_*`` functions are the default primitives for backends that lack an op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from distbridge.models import _carriers as carriers
+from distbridge.models import _codec as codec
+from distbridge.models._checks import check_reducible, region
+from distbridge.models._groups import GroupCache
+
+if TYPE_CHECKING:
+    from distbridge.models.base import ComputationModel
+
+__all__ = ["all_to_all", "gather", "reduce", "reduce_scatter", "scatter"]
+
+MAX_DIMS = 8
+_WIDTH = 2 + MAX_DIMS  # a shape row: dtype code, ndim, dims padded with zeros
+_BAD = -1
+_NOT_A_MEMBER = GroupCache.NOT_A_MEMBER
+
+
+# ---- shape rows -------------------------------------------------------------------------------
+
+
+def _row(tensor: object) -> list[int]:
+    if (
+        not isinstance(tensor, torch.Tensor)
+        or tensor.layout != torch.strided
+        or tensor.dim() > MAX_DIMS
+    ):
+        return [_BAD] * _WIDTH
+    try:
+        code = codec.dtype_code(tensor.dtype)
+    except TypeError:
+        return [_BAD] * _WIDTH
+    return [code, tensor.dim(), *tensor.shape, *[0] * (MAX_DIMS - tensor.dim())]
+
+
+def _why_bad(tensor: object, what: str) -> str:
+    if not isinstance(tensor, torch.Tensor):
+        return f"{what} must be a torch.Tensor, got {type(tensor).__name__}: {tensor!r}."
+    if tensor.layout != torch.strided:
+        return f"{what} must be a dense (strided) tensor, got layout {tensor.layout}."
+    if tensor.dim() > MAX_DIMS:
+        return f"{what} has {tensor.dim()} dimensions; at most {MAX_DIMS} are supported."
+    return f"{what} has dtype {tensor.dtype}, which cannot be sent."
+
+
+def _decode(rows: np.ndarray[Any, Any]) -> tuple[torch.dtype, list[tuple[int, ...]]]:
+    """The common dtype and every shape of a table of rows; raises on every rank alike."""
+    flat = rows.reshape(-1, _WIDTH)
+    if (flat[:, 0] == _BAD).any():
+        raise ValueError("A rank passed a tensor that cannot be sent (see that rank's error).")
+    dtypes = {int(c) for c in flat[:, 0]}
+    ndims = {int(n) for n in flat[:, 1]}
+    if len(dtypes) > 1:
+        names = sorted(str(codec.dtype_from_code(c)) for c in dtypes)
+        raise TypeError(f"Every rank must pass the same dtype; got {', '.join(names)}.")
+    if len(ndims) > 1:
+        raise ValueError(f"Every rank must pass tensors with the same number of dims; got {ndims}.")
+    shapes = [tuple(int(d) for d in r[2 : 2 + r[1]]) for r in flat]
+    return codec.dtype_from_code(dtypes.pop()), shapes
+
+
+def _exchange(model: ComputationModel, rows: list[list[int]], group: Any) -> np.ndarray[Any, Any]:
+    """All-gather every rank's rows: an array of shape (group size, len(rows), width)."""
+    local = torch.tensor(rows, dtype=torch.int64, device=model._collective_device())
+    out = model._do_all_gather(local.reshape(-1), group).cpu().numpy()
+    return out.reshape(-1, len(rows), _WIDTH)
+
+
+def _largest(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+    return tuple(max(dims) for dims in zip(*shapes, strict=True)) if shapes and shapes[0] else ()
+
+
+def _padded(tensor: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    if tuple(tensor.shape) == shape:
+        return tensor
+    out = tensor.new_zeros(shape)
+    out[region(None, tensor.shape)] = tensor
+    return out
+
+
+# ---- public algorithms ------------------------------------------------------------------------
+
+
+def reduce(model: ComputationModel, x: Any, dst: int, op: str, group: Any) -> Any:
+    """Reduce onto ``dst``; other ranks get ``x`` back unchanged."""
+    name = codec.canonical_op(op, model.reduce_ops, model.name)
+    if isinstance(x, torch.Tensor):
+        check_reducible(x, name, "reduce")
+    resolved = model._groups.resolve(group)
+    model._check_root("dst", dst, resolved)
+    if resolved is _NOT_A_MEMBER:
+        return x
+    if not isinstance(x, torch.Tensor):
+        total = model.all_reduce(x, name, group)  # a number: one tiny collective either way
+        return total if model.get_rank() == dst else x
+    work = model._to_placement(x)
+    is_dst = model.get_rank() == dst
+    if not is_dst and work is x:
+        work = work.clone()  # backends may use non-destination buffers as scratch space
+    back = None
+    if work.dtype in model.uncarried_dtypes:
+        work, back = carriers.reduce_carrier(work, name)
+    sent_op = "SUM" if name == "AVG" and not model._native_avg() else name
+    out = model._do_reduce(work, dst, sent_op, resolved)
+    if not is_dst:
+        return x
+    if sent_op != name:
+        out.div_(model._group_size(resolved))
+    result = out if back is None else back(out)
+    if result is not x:
+        with torch.no_grad():
+            x.copy_(result)
+    return x
+
+
+def gather(model: ComputationModel, x: Any, dst: int, group: Any) -> list[Any]:
+    """Every member's ``x`` on ``dst`` (shapes may differ), ``[]`` on the other ranks."""
+    resolved = model._groups.resolve(group)
+    model._check_root("dst", dst, resolved)
+    if resolved is _NOT_A_MEMBER:
+        return []
+    is_dst = model.get_rank() == dst
+    if not isinstance(x, torch.Tensor):
+        from distbridge.models._values import gather_values
+
+        everything = gather_values(model, x, resolved)
+        return everything if is_dst else []
+    table = _exchange(model, [_row(x)], resolved)
+    if (table[:, 0, 0] == _BAD).any() and _row(x)[0] == _BAD:
+        raise TypeError(_why_bad(x, "gather's tensor"))
+    dtype, shapes = _decode(table)
+    common = _largest(shapes)
+    work = model._to_placement(_padded(x, common))
+    if dtype in model.uncarried_dtypes:
+        parts = model._do_gather(carriers.as_bytes(work), dst, resolved)
+        parts = [carriers.from_bytes(p, dtype, common) for p in parts] if parts else parts
+    else:
+        parts = model._do_gather(work, dst, resolved)
+    if not is_dst or parts is None:
+        return []
+    return [p[region(None, s)].to(x.device) for p, s in zip(parts, shapes, strict=True)]
+
+
+def scatter(model: ComputationModel, tensors: Any, src: int, group: Any) -> Any:
+    """Rank r of the group gets ``tensors[r]`` from ``src``; ``tensors`` is read on src only."""
+    resolved = model._groups.resolve(group)
+    model._check_root("src", src, resolved)
+    if resolved is _NOT_A_MEMBER:
+        return None
+    size, me = model._group_size(resolved), model._group_rank(resolved)
+    is_src = model.get_rank() == src
+    problem: Exception | None = None
+    rows = [[_BAD] * _WIDTH for _ in range(size)]
+    if is_src:
+        if not isinstance(tensors, (list, tuple)) or len(tensors) != size:
+            problem = ValueError(
+                f"scatter needs a list of {size} tensors on the source rank, got {tensors!r}."
+            )
+        else:
+            rows = [_row(t) for t in tensors]
+            bad = [i for i, r in enumerate(rows) if r[0] == _BAD]
+            if bad:
+                problem = TypeError(_why_bad(tensors[bad[0]], f"tensors[{bad[0]}]"))
+    table_t = torch.tensor(rows, dtype=torch.int64, device=model._collective_device())
+    table = model._do_broadcast(table_t, src, resolved).cpu().numpy()
+    if problem is not None:
+        raise problem
+    dtype, shapes = _decode(table)
+    common = _largest(shapes)
+    device = tensors[me].device if is_src else model.device()
+    out = torch.empty(common, dtype=dtype, device=model._collective_device())
+    chunks = [model._to_placement(_padded(t, common)) for t in tensors] if is_src else None
+    if dtype in model.uncarried_dtypes:
+        raw = [carriers.as_bytes(c) for c in chunks] if chunks else None
+        got = model._do_scatter(raw, carriers.as_bytes(out), src, resolved)
+        got = carriers.from_bytes(got, dtype, common)
+    else:
+        got = model._do_scatter(chunks, out, src, resolved)
+    return got[region(None, shapes[me])].to(device)
+
+
+def reduce_scatter(model: ComputationModel, tensor: Any, op: str, group: Any) -> Any:
+    """Split ``tensor`` along dim 0 into group-size chunks, reduce them, keep chunk ``rank``."""
+    name = codec.canonical_op(op, model.reduce_ops, model.name)
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"reduce_scatter takes a tensor, got {type(tensor).__name__}.")
+    check_reducible(tensor, name, "reduce_scatter")
+    resolved = model._groups.resolve(group)
+    if resolved is _NOT_A_MEMBER:
+        return tensor
+    size = model._group_size(resolved)
+    if tensor.dim() == 0 or tensor.shape[0] % size:
+        rows = "a 0-dim tensor" if tensor.dim() == 0 else f"dim 0 of size {tensor.shape[0]}"
+        raise ValueError(
+            f"reduce_scatter splits dim 0 into {size} equal chunks, but got {rows}; "
+            f"pad it to a multiple of {size}."
+        )
+    work = model._to_placement(tensor)
+    back = None
+    if work.dtype in model.uncarried_dtypes:
+        work, back = carriers.reduce_carrier(work, name)
+    sent_op = "SUM" if name == "AVG" and not model._native_avg() else name
+    out = model._do_reduce_scatter(work, sent_op, resolved)
+    if sent_op != name:
+        out.div_(size)
+    result = out if back is None else back(out)
+    return result.to(tensor.device)
+
+
+def all_to_all(model: ComputationModel, tensors: Any, group: Any) -> list[torch.Tensor]:
+    """Rank r sends ``tensors[j]`` to group rank j and receives one tensor from each rank."""
+    resolved = model._groups.resolve(group)
+    if resolved is _NOT_A_MEMBER:
+        return list(tensors)
+    size, me = model._group_size(resolved), model._group_rank(resolved)
+    if not isinstance(tensors, (list, tuple)) or len(tensors) != size:
+        raise ValueError(
+            f"all_to_all needs a list of {size} tensors (one per rank), got {tensors!r}."
+        )
+    rows = [_row(t) for t in tensors]
+    table = _exchange(model, rows, resolved)  # [sender, receiver, row]
+    mine_bad = [i for i, r in enumerate(rows) if r[0] == _BAD]
+    if mine_bad:
+        raise TypeError(_why_bad(tensors[mine_bad[0]], f"tensors[{mine_bad[0]}]"))
+    dtype, _ = _decode(table)
+    sent = [tuple(int(d) for d in table[me, j, 2 : 2 + table[me, j, 1]]) for j in range(size)]
+    received = [tuple(int(d) for d in table[j, me, 2 : 2 + table[j, me, 1]]) for j in range(size)]
+    flat = [model._to_placement(t).reshape(-1) for t in tensors]
+    data = torch.cat(flat) if flat else torch.empty(0, dtype=dtype)
+    in_splits = [int(np.prod(s)) for s in sent]
+    out_splits = [int(np.prod(s)) for s in received]
+    if dtype in model.uncarried_dtypes:
+        width = data.element_size()
+        raw = model._do_all_to_all(
+            carriers.as_bytes(data),
+            [n * width for n in in_splits],
+            [n * width for n in out_splits],
+            resolved,
+        )
+        out = raw.view(dtype)
+    else:
+        out = model._do_all_to_all(data, in_splits, out_splits, resolved)
+    pieces = torch.split(out, out_splits)
+    return [p.reshape(s).to(t.device) for p, s, t in zip(pieces, received, tensors, strict=True)]
+
+
+# ---- default primitives for backends without the op -------------------------------------------
+
+
+def emulate_gather(model: ComputationModel, tensor: torch.Tensor, group: Any) -> list[torch.Tensor]:
+    """Gather through all-gather: every rank receives everything (fine for small worlds)."""
+    stacked = model._do_all_gather(tensor.unsqueeze(0).contiguous(), group)
+    return list(stacked.unbind(0))
+
+
+def emulate_scatter(
+    model: ComputationModel,
+    chunks: list[torch.Tensor] | None,
+    out: torch.Tensor,
+    src: int,
+    group: Any,
+) -> torch.Tensor:
+    """Scatter through one broadcast of every chunk; each rank keeps its own."""
+    size = model._group_size(group)
+    stacked = torch.stack(chunks) if chunks is not None else out.new_empty((size, *out.shape))
+    stacked = model._do_broadcast(stacked, src, group)
+    return stacked[model._group_rank(group)].clone()
+
+
+def emulate_reduce_scatter(
+    model: ComputationModel, tensor: torch.Tensor, op: str, group: Any
+) -> torch.Tensor:
+    """Reduce-scatter through all-reduce of a copy, then this rank's chunk."""
+    full = model._do_all_reduce(tensor.clone(), op, group)
+    size = model._group_size(group)
+    return full.chunk(size)[model._group_rank(group)].clone()
+
+
+def emulate_all_to_all(
+    model: ComputationModel,
+    data: torch.Tensor,
+    in_splits: list[int],
+    out_splits: list[int],
+    group: Any,
+) -> torch.Tensor:
+    """All-to-all through all-gathers: every rank's split table, then every padded buffer."""
+    size, me = model._group_size(group), model._group_rank(group)
+    header = torch.tensor(
+        [data.numel(), *in_splits], dtype=torch.int64, device=model._collective_device()
+    )
+    table = model._do_all_gather(header, group).view(size, size + 1).cpu()
+    longest = int(table[:, 0].max())
+    padded = data.new_zeros(longest)
+    padded[: data.numel()] = data
+    everything = model._do_all_gather(padded, group).view(size, longest)
+    pieces = []
+    for sender in range(size):
+        start = int(table[sender, 1 : 1 + me].sum())  # what the sender sends to ranks before me
+        pieces.append(everything[sender, start : start + out_splits[sender]])
+    return torch.cat(pieces) if pieces else data.new_empty(0)

@@ -1,0 +1,70 @@
+"""reduce, gather, scatter, reduce_scatter, all_to_all without a distributed context:
+world-of-one answers, and the same validation as with many ranks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import distbridge as idist
+
+
+def test_reduce_returns_the_input_reduced_over_one_rank() -> None:
+    x = torch.tensor([1.5, 2.5])
+    assert idist.reduce(x) is x
+    assert x.tolist() == [1.5, 2.5]
+    assert idist.reduce(3) == 3
+    assert type(idist.reduce(3)) is int
+    assert idist.reduce(0.1, op="min") == 0.1
+    assert idist.reduce(torch.ones(2), op="AVG").tolist() == [1.0, 1.0]
+
+
+def test_gather_gives_a_list_of_one() -> None:
+    x = torch.arange(3)
+    (only,) = idist.gather(x)
+    assert torch.equal(only, x)
+    assert idist.gather(7) == [7]
+    assert idist.gather("héllo") == ["héllo"]
+    assert idist.gather({"a": 1}) == [{"a": 1}]
+
+
+def test_scatter_returns_the_first_tensor() -> None:
+    assert idist.scatter([torch.tensor([4, 5])]).tolist() == [4, 5]
+    assert idist.scatter([torch.tensor(2.0)]).item() == 2.0
+
+
+def test_reduce_scatter_of_one_chunk_is_a_copy() -> None:
+    x = torch.arange(4.0)
+    out = idist.reduce_scatter(x)
+    assert torch.equal(out, x)
+    out.add_(1)
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0], "the input must not be modified"
+
+
+def test_all_to_all_returns_what_rank_zero_sent_itself() -> None:
+    (back,) = idist.all_to_all([torch.tensor([[1, 2]])])
+    assert back.tolist() == [[1, 2]]
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "text"),
+    [
+        (lambda: idist.reduce(torch.ones(1), dst=1), ValueError, "dst=1 is not a rank"),
+        (lambda: idist.reduce(torch.ones(1), dst="0"), TypeError, "dst must be an int"),
+        (lambda: idist.gather(torch.ones(1), dst=-1), ValueError, "dst=-1"),
+        (lambda: idist.scatter([torch.ones(1)], src=2), ValueError, "src=2"),
+        (lambda: idist.scatter([], src=0), ValueError, "list of 1 tensors"),
+        (lambda: idist.scatter(["x"], src=0), TypeError, "tensors\\[0\\] must be a torch.Tensor"),
+        (lambda: idist.reduce_scatter(torch.tensor(1.0)), ValueError, "0-dim"),
+        (lambda: idist.reduce_scatter([1.0]), TypeError, "takes a tensor"),
+        (lambda: idist.all_to_all([torch.ones(1)] * 2), ValueError, "list of 1 tensors"),
+        (lambda: idist.all_to_all([3]), TypeError, "tensors\\[0\\] must be a torch.Tensor"),
+        (lambda: idist.reduce(torch.ones(1, dtype=torch.int64), op="AVG"), TypeError, "AVG"),
+        (lambda: idist.reduce(torch.ones(1), op="SUMM"), ValueError, "Did you mean 'SUM'"),
+        (lambda: idist.gather(torch.ones(1), group=[1]), ValueError, "outside this world"),
+        (lambda: idist.all_to_all([torch.ones([1] * 9)]), TypeError, "at most 8"),
+    ],
+)
+def test_bad_input_fails_as_with_many_ranks(call: object, error: type, text: str) -> None:
+    with pytest.raises(error, match=text):
+        call()  # type: ignore[operator]
