@@ -460,7 +460,7 @@ def test_plugin_is_loaded_from_an_entry_point(
     module = _plugin(tmp_path, monkeypatch, body)
     fresh = _seeded()
     models = fresh.models()
-    plugin = models[0]  # priority 7: ahead of the built-ins
+    (plugin,) = [m for m in models if m.name == "plugin-dist"]
     assert plugin.__name__ == "PluginModel"
     assert plugin.__module__ == module
     assert set(BUILTIN_MODELS) < set(models)

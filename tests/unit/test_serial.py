@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import distbridge as idist
-from distbridge import _api
+from distbridge import _collectives
 from distbridge.testing import reset_state
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -483,7 +483,7 @@ def test_one_rank_only_runs_on_rank_zero() -> None:
 
 def test_one_rank_only_with_barrier(monkeypatch: pytest.MonkeyPatch) -> None:
     barriers: list[Any] = []
-    monkeypatch.setattr(_api, "barrier", lambda group=None: barriers.append(group))
+    monkeypatch.setattr(_collectives, "barrier", lambda group=None: barriers.append(group))
 
     @idist.one_rank_only(with_barrier=True)
     def work() -> str:
@@ -521,7 +521,7 @@ def test_one_rank_first_runs_the_block_then_waits(
     monkeypatch: pytest.MonkeyPatch, local: bool
 ) -> None:
     events: list[str] = []
-    monkeypatch.setattr(_api, "barrier", lambda group=None: events.append("barrier"))
+    monkeypatch.setattr(_collectives, "barrier", lambda group=None: events.append("barrier"))
     with idist.one_rank_first(local=local):
         events.append("block")
     assert events == ["block", "barrier"]
