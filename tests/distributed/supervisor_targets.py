@@ -72,7 +72,7 @@ def rank_values(directory: str, local_index: int) -> Any:
 def fail_on_rank(directory: str, nprocs: int, failing: int, how: str, local_index: int) -> Any:
     """All ranks but ``failing`` sleep; ``failing`` waits for every pid file, then fails.
 
-    ``how`` is "raise", "sigkill", "exit3" or "unpicklable".
+    ``how`` is "raise", "sigkill", "exit3", "exit0" (no report) or "unpicklable".
     """
     write_pid(directory, f"worker-{local_index}")
     if local_index != failing:
@@ -86,9 +86,16 @@ def fail_on_rank(directory: str, nprocs: int, failing: int, how: str, local_inde
         os.kill(os.getpid(), signal.SIGKILL)
     if how == "exit3":
         os._exit(3)
+    if how == "exit0":
+        os._exit(0)
     if how == "unpicklable":
         return threading.Lock()
     raise AssertionError(f"unknown failure mode {how!r}")
+
+
+def large_value(local_index: int) -> bytes:
+    """Return 8 MiB, far more than a pipe buffer holds."""
+    return bytes([local_index]) * (8 << 20)
 
 
 def grandchild_then_fail(directory: str, local_index: int) -> None:

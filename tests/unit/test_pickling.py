@@ -115,6 +115,38 @@ def test_main_function_at_top_level_passes(tmp_path: Path, monkeypatch: pytest.M
     check_picklable(work, (1,), {})
 
 
+def test_method_of_a_main_class_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(
+        "class Trainer:\n    def work(self, local_rank):\n        return local_rank\n"
+    )
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(script.read_text(), str(script), "exec"), namespace)
+    _fake_main(monkeypatch, str(script))
+    monkeypatch.setattr(sys.modules["__main__"], "Trainer", namespace["Trainer"], raising=False)
+
+    check_picklable(namespace["Trainer"]().work, (), {})
+
+
+def test_method_of_a_main_class_under_if_name_main_is_rejected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(
+        'if __name__ == "__main__":\n'
+        "    class Trainer:\n"
+        "        def work(self, local_rank):\n"
+        "            return local_rank\n"
+    )
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(script.read_text(), str(script), "exec"), namespace)
+    _fake_main(monkeypatch, str(script))
+    monkeypatch.setattr(sys.modules["__main__"], "Trainer", namespace["Trainer"], raising=False)
+
+    with pytest.raises(PicklingError, match="is defined in __main__ but not at the top level"):
+        check_picklable(namespace["Trainer"]().work, (), {})
+
+
 def test_main_function_without_source_skips_the_indentation_check(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

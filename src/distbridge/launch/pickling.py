@@ -87,8 +87,13 @@ def _check_main_function(fn: Callable[..., Any]) -> None:
             f"The function {fn!r} is defined in an interactive session or notebook (__main__ "
             f"has no file); {reimport} Move it into a .py module and import it from there."
         )
+    owner: Any = fn
+    if inspect.ismethod(fn):  # a bound method travels as its object, found through its class
+        owner = fn.__self__ if inspect.isclass(fn.__self__) else type(fn.__self__)
+    if not (inspect.isfunction(owner) or inspect.isclass(owner)) or "." in owner.__qualname__:
+        return  # nested in a class: its def is indented anyway; pickle checks the class
     try:
-        lines, _ = inspect.getsourcelines(fn)
+        lines, _ = inspect.getsourcelines(owner)
     except (OSError, TypeError):
         return  # no source to look at: let pickle decide
     if lines and lines[0][:1].isspace():

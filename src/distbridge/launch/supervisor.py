@@ -149,9 +149,6 @@ def _validate(
         raise ValueError(f"grace_seconds must be a number of seconds >= 0, got {grace!r}.")
 
 
-# --------------------------------------------------------------------------- child side
-
-
 def _worker_main(target: Callable[[int], Any], index: int, conn: Connection) -> None:
     """Entry point of every child: set up, run ``target(index)``, send one report."""
     os.setpgrp()  # own process group: the parent stops us together with what we start
@@ -194,9 +191,6 @@ def _die_with_parent() -> None:
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-# -------------------------------------------------------------------------- parent side
 
 
 def _supervise(
