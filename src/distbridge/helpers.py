@@ -1,4 +1,4 @@
-"""Rank-selective helpers built only on the facade."""
+"""Rank-selective and process helpers, built only on the facade."""
 
 from __future__ import annotations
 
@@ -7,9 +7,22 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from distbridge import _api, _collectives
+import torch
 
-__all__ = ["one_rank_first", "one_rank_only"]
+from distbridge import _api, _collectives, environments
+from distbridge.errors import DistributedError
+
+__all__ = [
+    "get_local_group",
+    "get_local_size",
+    "gpu_mem_usage",
+    "is_main_process",
+    "is_module_wrapper",
+    "one_rank_first",
+    "one_rank_only",
+    "rank_zero_only",
+    "synchronize",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -73,3 +86,85 @@ def one_rank_first(rank: int = 0, local: bool = False) -> Iterator[None]:
     yield
     if me == rank:
         _collectives.barrier()
+
+
+# ---- detectron2 / Lightning / mmengine style process helpers ----------------------------------
+
+
+def is_main_process() -> bool:
+    """True on global rank 0 (and without a distributed context)."""
+    return _api.get_rank() == 0
+
+
+def synchronize() -> None:
+    """A barrier across all ranks; returns at once in a world of one (detectron2's name)."""
+    if _api.get_world_size() > 1:
+        _collectives.barrier()
+
+
+def get_local_size() -> int:
+    """Processes on this machine (``get_nproc_per_node``)."""
+    return _api.get_nproc_per_node()
+
+
+def get_local_group() -> Any:
+    """The group of the ranks on this machine.
+
+    Every machine's group is created on first use (torch.distributed creates groups
+    collectively, so every rank must make its first call at the same point) and cached.
+    Without a distributed context it is ``[0]``.
+
+    Raises:
+        DistributedError: the machines run different numbers of processes, so the
+            machine groups cannot be derived from the layout.
+    """
+    world, per_node, nodes = _api.get_world_size(), _api.get_nproc_per_node(), _api.get_nnodes()
+    if per_node * nodes != world:
+        raise DistributedError(
+            f"Cannot derive the machine groups: {world} ranks are not {nodes} machines x "
+            f"{per_node} processes. Start the same number of processes on every machine "
+            "(nproc_per_node / --ntasks-per-node), or build groups with new_group()."
+        )
+    groups = [_collectives.new_group(range(n * per_node, (n + 1) * per_node)) for n in range(nodes)]
+    return groups[_api.get_node_rank()]
+
+
+def _rank_for_logging() -> int:
+    """The rank from the live context, else from the launcher's environment, else 0."""
+    if _api.backend() is not None:
+        return _api.get_rank()
+    launched = environments.detect()
+    return launched.rank if launched is not None else 0
+
+
+def rank_zero_only(func: F) -> F:
+    """Decorator: call ``func`` on rank 0 only; other ranks get None.
+
+    Works before initialization too: the rank then comes from the launcher's
+    environment (torchrun's RANK, ...), so logging setup can use it.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return func(*args, **kwargs) if _rank_for_logging() == 0 else None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def gpu_mem_usage() -> float:
+    """Peak GPU memory allocated by this process, in GiB (0.0 without CUDA)."""
+    if not torch.cuda.is_available():
+        return 0.0
+    return torch.cuda.max_memory_allocated() / 1024**3
+
+
+def is_module_wrapper(module: object) -> bool:
+    """True for DataParallel, DistributedDataParallel and FullyShardedDataParallel modules."""
+    wrappers: list[type] = [torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel]
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        wrappers.append(FullyShardedDataParallel)
+    except ImportError:  # pragma: no cover - torch built without distributed
+        pass
+    return isinstance(module, tuple(wrappers))

@@ -440,6 +440,155 @@ def check_extra_collectives_bad_input(tmp: Path) -> None:
         raise AssertionError("a bad scatter list must raise on every rank")
 
 
+class _JsonSerializer:
+    def dumps(self, obj: Any) -> bytes:
+        import json
+
+        return json.dumps(obj).encode("utf-8")
+
+    def loads(self, data: bytes) -> Any:
+        import json
+
+        return json.loads(data)
+
+
+def check_object_collectives(tmp: Path) -> None:
+    import numpy as np
+
+    rank, world = _ranks()
+    mine = {
+        "rank": rank,
+        "array": np.arange(1000 * (rank + 1), dtype=np.float32) + rank,
+        "tensor": torch.full((rank + 2, 3), float(rank)),
+        "grad": torch.ones(2, requires_grad=True),
+        "empty": torch.empty(0, 4),
+        "text": "ünï" * rank,
+        "nested": [Path(f"/r{rank}"), (rank, None)],
+    }
+    got = idist.all_gather_object(mine)
+    assert [g["rank"] for g in got] == list(range(world))
+    for r, g in enumerate(got):
+        assert g["array"].dtype == np.float32 and g["array"].shape == (1000 * (r + 1),)
+        assert g["array"][0] == r and g["array"][-1] == 1000 * (r + 1) - 1 + r
+        assert g["tensor"].shape == (r + 2, 3) and g["tensor"].unique().tolist() == [float(r)]
+        assert g["grad"].requires_grad and g["empty"].shape == (0, 4)
+        assert g["text"] == "ünï" * r and g["nested"] == [Path(f"/r{r}"), (r, None)]
+    dst = world - 1
+    gathered = idist.gather_object({"r": rank}, dst=dst)
+    assert gathered == ([{"r": r} for r in range(world)] if rank == dst else [])
+    config = idist.broadcast_object({"lr": 0.1, "steps": [1, 2]} if rank == 0 else None)
+    assert config == {"lr": 0.1, "steps": [1, 2]}
+    shards = [list(range(r + 1)) for r in range(world)] if rank == src_of(world) else None
+    assert idist.scatter_object(shards, src=src_of(world)) == list(range(rank + 1))
+    plain = idist.all_gather_object({"k": [rank]}, serializer=_JsonSerializer())
+    assert plain == [{"k": [r]} for r in range(world)]
+
+
+def src_of(world: int) -> int:
+    return world // 2
+
+
+def check_object_collective_errors(tmp: Path) -> None:
+    """An object that cannot be pickled on one rank: every rank raises, none hangs."""
+    import threading
+
+    rank, world = _ranks()
+    value: Any = threading.Lock() if rank == world - 1 else {"fine": rank}
+    for call in (
+        lambda: idist.all_gather_object(value),
+        lambda: idist.gather_object(value, dst=0),
+        lambda: (
+            idist.broadcast_object(value if rank == 0 else None, src=0)
+            if world - 1 == 0
+            else idist.broadcast_object(value, src=world - 1)
+        ),
+    ):
+        try:
+            call()
+        except TypeError as err:
+            assert "serialize" in str(err), err
+        else:
+            raise AssertionError("an unpicklable object must raise on every rank")
+    try:
+        idist.scatter_object([1] * (world + 1) if rank == 0 else None, src=0)
+    except ValueError as err:
+        assert "list of" in str(err) or "see its error" in str(err)
+    except TypeError as err:
+        assert "see its error" in str(err)
+    else:
+        raise AssertionError("a bad scatter_object list must raise on every rank")
+
+
+def check_dict_reductions(tmp: Path) -> None:
+    rank, world = _ranks()
+    metrics = {
+        "loss": torch.tensor(float(rank + 1)),
+        "hist": torch.full((3,), rank, dtype=torch.int64),
+        "count": rank + 1,
+        "acc": 0.5 * rank,
+    }
+    summed = idist.all_reduce_dict(metrics, op="sum")
+    n = sum(range(1, world + 1))
+    assert summed["loss"].item() == float(n) and summed["loss"].dtype == torch.float32
+    assert (
+        summed["hist"].tolist() == [sum(range(world))] * 3 and summed["hist"].dtype == torch.int64
+    )
+    assert summed["count"] == n and type(summed["count"]) is int
+    assert summed["acc"] == 0.5 * sum(range(world))
+    mean = idist.all_reduce_dict(metrics, op="mean")
+    assert math.isclose(mean["loss"].item(), n / world)
+    assert mean["hist"].dtype == torch.float64 and type(mean["count"]) is float
+    reduced = idist.reduce_dict({"loss": torch.tensor(float(rank))}, average=True, dst=0)
+    want = sum(range(world)) / world if rank == 0 else float(rank)
+    assert reduced["loss"].item() == want
+    averaged = idist.average_across_processes(torch.tensor([float(rank)]))
+    assert averaged.item() == sum(range(world)) / world
+    assert idist.average_across_processes({"x": float(rank)}) == {"x": sum(range(world)) / world}
+    try:
+        idist.all_reduce_dict({"a" if rank == 0 else "b": 1.0})
+    except ValueError as err:
+        assert world > 1 and "differ across ranks" in str(err)
+    else:
+        assert world == 1, "different keys on different ranks must raise"
+
+
+def check_shared_seed_and_results(tmp: Path) -> None:
+    import numpy as np
+
+    rank, world = _ranks()
+    np.random.seed(1000 + rank)  # different generators on purpose
+    seeds = idist.all_gather(idist.shared_random_seed())
+    assert len(set(seeds)) == 1 and 0 <= seeds[0] < 2**31
+    total = 10
+    padded = list(range(total)) + list(range(-(total % world or world) % world))
+    mine = padded[rank::world]  # what DistributedSampler(shuffle=False) gives this rank
+    assert idist.gather_results(mine, total=total) == list(range(total))
+    contiguous = idist.gather_results([f"{rank}-{i}" for i in range(2)], order="contiguous")
+    assert contiguous == [f"{r}-{i}" for r in range(world) for i in range(2)]
+    uneven = idist.gather_results(list(range(rank + 1)), dst=0)
+    longest = world
+    expected = [i for i in range(longest) for r in range(world) if i < r + 1]
+    assert uneven == (expected if rank == 0 else [])
+
+
+def check_process_helpers(tmp: Path) -> None:
+    rank, _ = _ranks()
+    assert idist.is_main_process() == (rank == 0)
+    idist.synchronize()
+    assert idist.get_local_size() == idist.get_nproc_per_node()
+    local = idist.get_local_group()
+    assert idist.get_local_group() is local, "the machine group must be created once"
+    assert idist.all_reduce(1, group=local) == idist.get_nproc_per_node()
+
+    @idist.rank_zero_only
+    def only_zero() -> str:
+        return "zero"
+
+    assert only_zero() == ("zero" if rank == 0 else None)
+    assert idist.gpu_mem_usage() >= 0.0
+    assert not idist.is_module_wrapper(torch.nn.Linear(1, 1))
+
+
 def check_finalize_and_reinitialize(tmp: Path) -> None:
     """Leave the job and join it again: a fresh context, nothing stale (runs last)."""
     rank, world = _ranks()

@@ -95,3 +95,8 @@ def adopt_user_group(local_rank: int, world_size: int, rdzv: str) -> dict[str, A
         adopted["second_sum"] = idist.all_reduce(5)
         dist.destroy_process_group()
     return adopted
+
+
+def detectron2_main(base: int) -> dict[str, int]:
+    """A detectron2-style entry point: no local-rank argument."""
+    return {"value": base + idist.get_rank(), "world": idist.get_world_size()}

@@ -206,3 +206,19 @@ def test_sigint_to_the_parent_stops_every_worker(tmp_path: Path) -> None:
 def test_nnodes_without_master_port_is_refused() -> None:
     with pytest.raises(ValueError, match="master_port"):
         idist.spawn("gloo", launch_targets.layout, nproc_per_node=1, nnodes=2, node_rank=0)
+
+
+def test_detectron2_launch_with_auto_url() -> None:
+    results = idist.launch(launch_targets.detectron2_main, 2, dist_url="auto", args=(100,))
+    assert results == [{"value": 100, "world": 2}, {"value": 101, "world": 2}]
+
+
+def test_detectron2_launch_with_tcp_url() -> None:
+    url = f"tcp://127.0.0.1:{_free_port()}"
+    results = idist.launch(launch_targets.detectron2_main, 2, dist_url=url, args=(5,))
+    assert [r["value"] for r in results] == [5, 6]
+
+
+def test_detectron2_launch_refuses_auto_across_machines() -> None:
+    with pytest.raises(ValueError, match="tcp://<machine 0 address>"):
+        idist.launch(launch_targets.detectron2_main, 2, num_machines=2, dist_url="auto")

@@ -21,6 +21,7 @@ from distbridge.models._checks import check_reducible, region
 from distbridge.models._groups import GroupCache
 
 if TYPE_CHECKING:
+    from distbridge.models._primitives import BackendPrimitives
     from distbridge.models.base import ComputationModel
 
 __all__ = ["all_to_all", "gather", "reduce", "reduce_scatter", "scatter"]
@@ -262,14 +263,16 @@ def all_to_all(model: ComputationModel, tensors: Any, group: Any) -> list[torch.
 # ---- default primitives for backends without the op -------------------------------------------
 
 
-def emulate_gather(model: ComputationModel, tensor: torch.Tensor, group: Any) -> list[torch.Tensor]:
+def emulate_gather(
+    model: BackendPrimitives, tensor: torch.Tensor, group: Any
+) -> list[torch.Tensor]:
     """Gather through all-gather: every rank receives everything (fine for small worlds)."""
     stacked = model._do_all_gather(tensor.unsqueeze(0).contiguous(), group)
     return list(stacked.unbind(0))
 
 
 def emulate_scatter(
-    model: ComputationModel,
+    model: BackendPrimitives,
     chunks: list[torch.Tensor] | None,
     out: torch.Tensor,
     src: int,
@@ -283,7 +286,7 @@ def emulate_scatter(
 
 
 def emulate_reduce_scatter(
-    model: ComputationModel, tensor: torch.Tensor, op: str, group: Any
+    model: BackendPrimitives, tensor: torch.Tensor, op: str, group: Any
 ) -> torch.Tensor:
     """Reduce-scatter through all-reduce of a copy, then this rank's chunk."""
     full = model._do_all_reduce(tensor.clone(), op, group)
@@ -292,7 +295,7 @@ def emulate_reduce_scatter(
 
 
 def emulate_all_to_all(
-    model: ComputationModel,
+    model: BackendPrimitives,
     data: torch.Tensor,
     in_splits: list[int],
     out_splits: list[int],

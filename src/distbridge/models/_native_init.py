@@ -13,7 +13,7 @@ from distbridge import environments
 from distbridge.environments import LaunchEnvironment
 from distbridge.errors import DistributedError
 
-__all__ = ["init_process_group"]
+__all__ = ["as_timeout", "init_process_group"]
 
 _AGENT_STORE_VAR = "TORCHELASTIC_USE_AGENT_STORE"
 
@@ -79,3 +79,16 @@ def _agent_store_client(launch: LaunchEnvironment, timeout: timedelta | None) ->
     arrivals = store.add(f"distbridge/attempt{attempt}/arrivals", 1)
     epoch = (arrivals - 1) // launch.world_size
     return PrefixStore(f"distbridge/attempt{attempt}/init{epoch}/", store)
+
+
+def as_timeout(timeout: object) -> timedelta | None:
+    """``timeout`` (a timedelta, seconds, or None) as a timedelta; errors name the value."""
+    if timeout is None or isinstance(timeout, timedelta):
+        if isinstance(timeout, timedelta) and timeout.total_seconds() <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout!r}.")
+        return timeout
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        if timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}.")
+        return timedelta(seconds=timeout)
+    raise TypeError(f"timeout must be a datetime.timedelta or seconds, got {timeout!r}.")

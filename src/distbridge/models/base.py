@@ -9,190 +9,36 @@ group resolution and caching, and the error texts.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Final
+from collections.abc import Sequence
+from typing import Any, Final
 
 import torch
-from typing_extensions import Self
 
-from distbridge._types import Group, SpawnResult
+from distbridge._types import Group
 from distbridge.models import _carriers as carriers
 from distbridge.models import _codec as codec
 from distbridge.models import _extra as extra
+from distbridge.models import _object_collectives as objects
 from distbridge.models import _values as values
 from distbridge.models._checks import check_dense, check_reducible, region, write_back
 from distbridge.models._groups import GroupCache
+from distbridge.models._objects import Serializer
+from distbridge.models._primitives import BackendPrimitives
 
 __all__ = ["NOT_A_MEMBER", "ComputationModel"]
 
 NOT_A_MEMBER: Final = GroupCache.NOT_A_MEMBER
 
 
-class ComputationModel(ABC):
-    """A distributed backend. Subclass and register it to add one.
+class ComputationModel(BackendPrimitives):
+    """A distributed backend: the public algorithm of every collective, written once.
 
-    Attributes:
-        name: the ``model_name()`` string, e.g. ``"native-dist"``.
-        backends: the backend strings this model runs.
-        priority: detection order, highest first.
-        reduce_ops: the reductions the model accepts (AVG is emulated unless ``_native_avg``).
+    Subclass it, implement the abstract methods of ``BackendPrimitives`` and register
+    the class to add a backend. Everything here is the same for every backend.
     """
-
-    name: ClassVar[str]
-    backends: ClassVar[tuple[str, ...]]
-    priority: ClassVar[int] = 0
-    #: keyword arguments ``spawn`` accepts besides ``backend``.
-    spawn_options: ClassVar[tuple[str, ...]] = ()
-    #: dtypes the backend cannot move or reduce; the base class carries them bit-exactly.
-    uncarried_dtypes: ClassVar[frozenset[torch.dtype]] = frozenset()
-    reduce_ops: ClassVar[frozenset[str]] = frozenset(
-        ("SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "AVG")
-    )
 
     def __init__(self) -> None:
         self._groups = GroupCache(self)
-
-    # ---- class level: availability, adoption, creation, launching -------------------------
-
-    @classmethod
-    @abstractmethod
-    def is_available(cls) -> bool:
-        """Whether this model's dependency is installed and usable."""
-
-    @classmethod
-    def available_backends(cls) -> tuple[str, ...]:
-        """The backends of this model that can run on this machine."""
-        return cls.backends if cls.is_available() else ()
-
-    @classmethod
-    def unavailable_reason(cls, backend: str) -> str | None:
-        """Why ``backend`` cannot run here, or None when it can."""
-        return None if backend in cls.available_backends() else f"{cls.__name__} is unavailable"
-
-    @classmethod
-    @abstractmethod
-    def has_context(cls) -> bool:
-        """Cheap, allocation-free probe: does a context this model could adopt exist?"""
-
-    @classmethod
-    @abstractmethod
-    def from_context(cls) -> Self | None:
-        """Adopt a live context created outside distbridge; never communicates."""
-
-    @classmethod
-    @abstractmethod
-    def from_backend(cls, backend: str, **kwargs: Any) -> Self:
-        """Create a context for ``backend`` (the work of ``initialize``)."""
-
-    @classmethod
-    @abstractmethod
-    def spawn(
-        cls,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs_dict: Mapping[str, Any],
-        nproc_per_node: int,
-        **kwargs: Any,
-    ) -> SpawnResult:
-        """Start ``nproc_per_node`` workers running ``fn(local_rank, *args, **kwargs_dict)``."""
-
-    # ---- instance: where am I --------------------------------------------------------------
-
-    @abstractmethod
-    def is_current(self) -> bool:
-        """Cheap check that this model's context is still the live one."""
-
-    @abstractmethod
-    def backend(self) -> str | None:
-        """The backend string, None for the serial model."""
-
-    @abstractmethod
-    def get_rank(self) -> int:
-        """This process's rank in the job."""
-
-    @abstractmethod
-    def get_world_size(self) -> int:
-        """The number of processes in the job."""
-
-    @abstractmethod
-    def get_local_rank(self) -> int:
-        """This process's index on its machine."""
-
-    @abstractmethod
-    def get_nproc_per_node(self) -> int:
-        """Processes per machine."""
-
-    @abstractmethod
-    def get_nnodes(self) -> int:
-        """Machines in the job."""
-
-    @abstractmethod
-    def get_node_rank(self) -> int:
-        """This machine's index in the job."""
-
-    @abstractmethod
-    def device(self) -> torch.device:
-        """The device this process computes on."""
-
-    def set_local_rank(self, index: int) -> None:
-        """Override the local rank this model reports (``idist.set_local_rank``)."""
-        raise NotImplementedError(f"{type(self).__name__} does not take a local rank hint.")
-
-    @abstractmethod
-    def finalize(self) -> None:
-        """Tear down the context this model created and undo its side effects."""
-
-    # ---- primitives a backend supplies -------------------------------------------------------
-
-    @abstractmethod
-    def _collective_device(self) -> torch.device:
-        """Where numbers, strings and headers are encoded for this backend's collectives."""
-
-    def _native_avg(self) -> bool:
-        """Whether the backend averages itself; otherwise AVG is SUM divided by the group size."""
-        return False
-
-    def _placement(self, tensor: torch.Tensor) -> torch.device:
-        """The device on which the backend can reduce ``tensor`` (default: the collective one)."""
-        return self._collective_device()
-
-    @abstractmethod
-    def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        """Reduce ``tensor`` (contiguous, on ``_placement``) with canonical ``op``; may work in
-        place and return ``tensor``."""
-
-    @abstractmethod
-    def _do_all_gather(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
-        """Concatenate every member's ``tensor`` (same shape everywhere) along dim 0."""
-
-    @abstractmethod
-    def _do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor:
-        """Fill ``tensor`` with global rank ``src``'s data; may work in place."""
-
-    @abstractmethod
-    def _do_barrier(self, group: Any) -> None:
-        """Block until every member of ``group`` arrives."""
-
-    @abstractmethod
-    def _make_group(self, ranks: tuple[int, ...], **kwargs: Any) -> Any:
-        """Create a group of ``ranks`` (sorted, unique, validated); every rank calls this."""
-
-    @abstractmethod
-    def _check_group(self, group: object) -> None:
-        """TypeError unless ``group`` is a group object of this backend."""
-
-    @abstractmethod
-    def _group_size(self, group: Any) -> int:
-        """Number of ranks in ``group`` (None: the world)."""
-
-    @abstractmethod
-    def _group_rank(self, group: Any) -> int:
-        """This process's rank within ``group`` (None: the world); -1 if not a member."""
-
-    @abstractmethod
-    def _group_members(self, group: Any) -> tuple[int, ...]:
-        """Global ranks of the members of ``group`` (None: the world), in group-rank order."""
 
     # ---- public collectives ------------------------------------------------------------------
 
@@ -317,35 +163,41 @@ class ComputationModel(ABC):
         """Send ``tensors[j]`` to rank j; see ``distbridge.all_to_all``."""
         return extra.all_to_all(self, tensors, group)
 
-    # ---- primitives with a default emulation (override where the backend has the op) ---------
+    def all_gather_object(
+        self, obj: Any, group: Group | None = None, serializer: Serializer | None = None
+    ) -> list[Any]:
+        """Every rank's ``obj``; see ``distbridge.all_gather_object``."""
+        return objects.all_gather_object(self, obj, group, serializer)
 
-    def _do_reduce(self, tensor: torch.Tensor, dst: int, op: str, group: Any) -> torch.Tensor:
-        """Reduce onto global rank ``dst``; the result only matters there. Default: all-reduce."""
-        return self._do_all_reduce(tensor, op, group)
+    def gather_object(
+        self,
+        obj: Any,
+        dst: int = 0,
+        group: Group | None = None,
+        serializer: Serializer | None = None,
+    ) -> list[Any]:
+        """Every rank's ``obj`` on ``dst``; see ``distbridge.gather_object``."""
+        return objects.gather_object(self, obj, dst, group, serializer)
 
-    def _do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:
-        """Every member's ``tensor`` (same shape everywhere) on ``dst``; None elsewhere.
-        Default: all-gather."""
-        return extra.emulate_gather(self, tensor, group)
+    def broadcast_object(
+        self,
+        obj: Any,
+        src: int = 0,
+        group: Group | None = None,
+        serializer: Serializer | None = None,
+    ) -> Any:
+        """Rank ``src``'s ``obj`` on every rank; see ``distbridge.broadcast_object``."""
+        return objects.broadcast_object(self, obj, src, group, serializer)
 
-    def _do_scatter(
-        self, chunks: list[torch.Tensor] | None, out: torch.Tensor, src: int, group: Any
-    ) -> torch.Tensor:
-        """Fill ``out`` with ``chunks[group rank]`` from ``src`` (same shapes); return it.
-        Default: one broadcast of every chunk."""
-        return extra.emulate_scatter(self, chunks, out, src, group)
-
-    def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        """Chunk ``group rank`` of the reduction of ``tensor`` split along dim 0; must not modify
-        ``tensor``. Default: all-reduce of a copy."""
-        return extra.emulate_reduce_scatter(self, tensor, op, group)
-
-    def _do_all_to_all(
-        self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
-    ) -> torch.Tensor:
-        """Flat all-to-all: send ``data.split(in_splits)[j]`` to group rank j, return what every
-        rank sent here, concatenated (``out_splits`` long). Default: all-gathers."""
-        return extra.emulate_all_to_all(self, data, in_splits, out_splits, group)
+    def scatter_object(
+        self,
+        objs: Any,
+        src: int = 0,
+        group: Group | None = None,
+        serializer: Serializer | None = None,
+    ) -> Any:
+        """``objs[r]`` from ``src`` on group rank r; see ``distbridge.scatter_object``."""
+        return objects.scatter_object(self, objs, src, group, serializer)
 
     # ---- the shared algorithm ----------------------------------------------------------------
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Mapping
-from datetime import timedelta
 from typing import Any, ClassVar
 
 import torch
@@ -23,7 +22,7 @@ from distbridge._types import SpawnResult
 from distbridge.errors import BackendUnavailableError, DistributedError
 from distbridge.models._carriers import UNCARRIED_BY_C10D
 from distbridge.models._layout import Layout, export_layout, layout_from_env, layout_from_store
-from distbridge.models._native_init import init_process_group
+from distbridge.models._native_init import as_timeout, init_process_group
 from distbridge.models.base import ComputationModel
 
 __all__ = ["NativeModel"]
@@ -66,18 +65,6 @@ else:  # pragma: no cover - torch built without torch.distributed
 
     def _default_pg() -> Any:
         return None
-
-
-def _as_timeout(timeout: object) -> timedelta | None:
-    if timeout is None or isinstance(timeout, timedelta):
-        if isinstance(timeout, timedelta) and timeout.total_seconds() <= 0:
-            raise ValueError(f"timeout must be positive, got {timeout!r}.")
-        return timeout
-    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-        if timeout <= 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}.")
-        return timedelta(seconds=timeout)
-    raise TypeError(f"timeout must be a datetime.timedelta or seconds, got {timeout!r}.")
 
 
 def _backend_of(pg: Any) -> str | None:
@@ -188,7 +175,7 @@ class NativeModel(ComputationModel):
             )
         init_process_group(
             backend,
-            timeout=_as_timeout(kwargs.get("timeout")),
+            timeout=as_timeout(kwargs.get("timeout")),
             init_method=kwargs.get("init_method"),
             rank=kwargs.get("rank"),
             world_size=kwargs.get("world_size"),
@@ -311,6 +298,18 @@ class NativeModel(ComputationModel):
     def _do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor:
         dist.broadcast(tensor, src=src, group=group)
         return tensor
+
+    @override
+    def _do_all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor, group: Any) -> None:
+        _all_gather_single(out, tensor, group=group)  # in place when tensor is out's own slot
+
+    @override
+    def _object_transport(self, group: Any) -> tuple[Any, torch.device]:
+        if self._backend != "nccl":
+            return group, _CPU
+        # Objects never travel through GPU memory: a gloo group over the same ranks.
+        ranks = self._group_members(group)
+        return self._groups.get(ranks, backend="gloo"), _CPU
 
     @override
     def _do_reduce(self, tensor: torch.Tensor, dst: int, op: str, group: Any) -> torch.Tensor:

@@ -1,0 +1,84 @@
+"""detectron2's ``launch``, built on ``distbridge.spawn``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlparse
+
+import torch
+
+from distbridge import _api
+
+__all__ = ["DEFAULT_TIMEOUT", "launch"]
+
+DEFAULT_TIMEOUT = timedelta(minutes=30)
+
+
+@dataclass(frozen=True)
+class _WithoutRank:
+    """Calls ``fn(*args)``: detectron2's entry points take no local-rank argument."""
+
+    fn: Callable[..., Any]
+
+    def __call__(self, local_rank: int, *args: Any) -> Any:
+        return self.fn(*args)
+
+
+def launch(
+    main_func: Callable[..., Any],
+    num_gpus_per_machine: int,
+    num_machines: int = 1,
+    machine_rank: int = 0,
+    dist_url: str | None = None,
+    args: tuple[Any, ...] = (),
+    timeout: timedelta = DEFAULT_TIMEOUT,
+) -> list[Any]:
+    """Run ``main_func(*args)`` in ``num_gpus_per_machine`` processes on each machine.
+
+    As detectron2's ``engine.launch``: NCCL when CUDA is available, else gloo; with a
+    world of one, ``main_func`` runs in this process.
+
+    Args:
+        main_func: a top-level function (workers import it), called as ``main_func(*args)``.
+        num_gpus_per_machine: processes per machine.
+        num_machines: machines in the job.
+        machine_rank: this machine's index.
+        dist_url: "auto" or None (one machine: a free port), "tcp://host:port" (machine 0's
+            address, the same on every machine) or "file:///shared/path".
+        args: arguments for ``main_func``.
+        timeout: the process group timeout.
+
+    Returns:
+        ``main_func``'s return value on each local process, in local-rank order.
+    """
+    world_size = num_machines * num_gpus_per_machine
+    if world_size == 1:
+        return [main_func(*args)]
+    options: dict[str, Any] = {"nnodes": num_machines, "node_rank": machine_rank}
+    url = urlparse(dist_url) if dist_url not in (None, "auto") else None
+    if url is None:
+        if num_machines > 1:
+            raise ValueError(
+                f"dist_url={dist_url!r} picks a free port on this machine, which other machines "
+                "cannot know: pass dist_url='tcp://<machine 0 address>:<port>' on every machine."
+            )
+    elif url.scheme == "tcp" and url.hostname and url.port:
+        options.update(master_addr=url.hostname, master_port=url.port)
+    elif url.scheme in ("file", "env", "tcp"):
+        options["init_method"] = dist_url
+    else:
+        raise ValueError(
+            f"dist_url={dist_url!r} is not 'auto', 'tcp://host:port' or 'file:///path'."
+        )
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    return _api.spawn(
+        backend,
+        _WithoutRank(main_func),
+        args=tuple(args),
+        nproc_per_node=num_gpus_per_machine,
+        timeout=timeout,
+        **options,
+    )

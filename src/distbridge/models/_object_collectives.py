@@ -1,0 +1,174 @@
+"""all_gather_object, gather_object, broadcast_object, scatter_object over model primitives.
+
+Frame sizes travel first; a rank that cannot serialize its object sends size -1, so
+every rank raises together instead of some waiting forever. Frames then move as one
+uint8 buffer on the model's object transport (a CPU gloo group under NCCL): each
+rank writes its frame into its own slot of the receive buffer, and the backend
+gathers in place, so no separate send copy is made.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from distbridge.models._groups import GroupCache
+from distbridge.models._objects import (
+    Serializer,
+    decode_frame,
+    encode_frame,
+    frame_into,
+    frame_size,
+)
+
+if TYPE_CHECKING:
+    from distbridge.models.base import ComputationModel
+
+__all__ = ["all_gather_object", "broadcast_object", "gather_object", "scatter_object"]
+
+_NOT_A_MEMBER = GroupCache.NOT_A_MEMBER
+_FAILED = -1
+
+
+def _try_encode(
+    obj: Any, serializer: Serializer | None
+) -> tuple[list[memoryview], Exception | None]:
+    try:
+        return encode_frame(obj, serializer), None
+    except Exception as err:  # anything pickle or a serializer raises
+        return [], err
+
+
+def _check_sizes(sizes: list[int], failure: Exception | None, what: str) -> None:
+    """Raise on every rank when any rank could not serialize its object."""
+    if failure is not None:
+        raise TypeError(f"{what}: this rank's object cannot be serialized: {failure}") from failure
+    bad = [r for r, n in enumerate(sizes) if n == _FAILED]
+    if bad:
+        raise TypeError(
+            f"{what}: group rank(s) {bad} could not serialize their object (see their error)."
+        )
+
+
+def _sizes(model: ComputationModel, size: int, channel: Any, device: torch.device) -> list[int]:
+    mine = torch.tensor([size], dtype=torch.int64, device=device)
+    return [int(n) for n in model._do_all_gather(mine, channel).tolist()]
+
+
+def all_gather_object(
+    model: ComputationModel, obj: Any, group: Any, serializer: Serializer | None
+) -> list[Any]:
+    resolved = model._groups.resolve(group)
+    if resolved is _NOT_A_MEMBER:
+        return [obj]
+    channel, device = model._object_transport(resolved)
+    parts, failure = _try_encode(obj, serializer)
+    sizes = _sizes(model, frame_size(parts) if failure is None else _FAILED, channel, device)
+    _check_sizes(sizes, failure, "all_gather_object")
+    longest, me = max(sizes), model._group_rank(resolved)
+    received = torch.empty(len(sizes) * longest, dtype=torch.uint8)
+    mine = received[me * longest : (me + 1) * longest]
+    frame_into(parts, mine.numpy())
+    if device.type == "cpu":
+        model._do_all_gather_into(received, mine, channel)
+    else:
+        received.copy_(model._do_all_gather(mine.to(device), channel).cpu())
+    data = received.numpy()
+    return [
+        decode_frame(data[r * longest : (r + 1) * longest], serializer) for r in range(len(sizes))
+    ]
+
+
+def gather_object(
+    model: ComputationModel, obj: Any, dst: int, group: Any, serializer: Serializer | None
+) -> list[Any]:
+    resolved = model._groups.resolve(group)
+    model._check_root("dst", dst, resolved)
+    if resolved is _NOT_A_MEMBER:
+        return []
+    channel, device = model._object_transport(resolved)
+    parts, failure = _try_encode(obj, serializer)
+    sizes = _sizes(model, frame_size(parts) if failure is None else _FAILED, channel, device)
+    _check_sizes(sizes, failure, "gather_object")
+    mine = torch.empty(max(sizes), dtype=torch.uint8)
+    frame_into(parts, mine.numpy())
+    frames = model._do_gather(mine.to(device), dst, channel)
+    if model.get_rank() != dst or frames is None:
+        return []
+    return [decode_frame(f.cpu().numpy(), serializer) for f in frames]
+
+
+def broadcast_object(
+    model: ComputationModel, obj: Any, src: int, group: Any, serializer: Serializer | None
+) -> Any:
+    resolved = model._groups.resolve(group)
+    model._check_root("src", src, resolved)
+    if resolved is _NOT_A_MEMBER:
+        return obj
+    channel, device = model._object_transport(resolved)
+    is_src = model.get_rank() == src
+    parts, failure = _try_encode(obj, serializer) if is_src else ([], None)
+    size = (frame_size(parts) if failure is None else _FAILED) if is_src else 0
+    header = model._do_broadcast(
+        torch.tensor([size], dtype=torch.int64, device=device), src, channel
+    )
+    size = int(header.item())
+    if failure is not None:
+        raise TypeError(
+            f"broadcast_object: the object cannot be serialized: {failure}"
+        ) from failure
+    if size == _FAILED:
+        raise TypeError(
+            f"broadcast_object: rank {src} could not serialize its object (see its error)."
+        )
+    frame = torch.empty(size, dtype=torch.uint8)
+    if is_src:
+        frame_into(parts, frame.numpy())
+    frame = model._do_broadcast(frame.to(device), src, channel)
+    return obj if is_src else decode_frame(frame.cpu().numpy(), serializer)
+
+
+def scatter_object(
+    model: ComputationModel, objs: Any, src: int, group: Any, serializer: Serializer | None
+) -> Any:
+    resolved = model._groups.resolve(group)
+    model._check_root("src", src, resolved)
+    if resolved is _NOT_A_MEMBER:
+        return None
+    channel, device = model._object_transport(resolved)
+    size, me = model._group_size(resolved), model._group_rank(resolved)
+    is_src = model.get_rank() == src
+    problem: Exception | None = None
+    frames: list[list[memoryview]] = []
+    if is_src and (not isinstance(objs, (list, tuple)) or len(objs) != size):
+        problem = ValueError(
+            f"scatter_object needs a list of {size} objects on the source rank, got {objs!r}."
+        )
+    elif is_src:
+        for obj in objs:
+            parts, failure = _try_encode(obj, serializer)
+            problem = problem or failure
+            frames.append(parts)
+    sizes = [frame_size(f) for f in frames] if is_src and problem is None else [_FAILED] * size
+    table = model._do_broadcast(torch.tensor(sizes, dtype=torch.int64, device=device), src, channel)
+    sizes = [int(n) for n in table.tolist()]
+    if problem is not None:
+        raise (
+            problem
+            if isinstance(problem, ValueError)
+            else TypeError(f"scatter_object: an object cannot be serialized: {problem}")
+        )
+    if _FAILED in sizes:
+        raise TypeError(f"scatter_object: rank {src} could not send the objects (see its error).")
+    longest = max(sizes)
+    chunks = None
+    if is_src:
+        chunks = []
+        for parts in frames:
+            chunk = torch.empty(longest, dtype=torch.uint8)
+            frame_into(parts, chunk.numpy())
+            chunks.append(chunk.to(device))
+    out = torch.empty(longest, dtype=torch.uint8, device=device)
+    got = model._do_scatter(chunks, out, src, channel)
+    return decode_frame(got.cpu().numpy()[: sizes[me]], serializer)

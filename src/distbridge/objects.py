@@ -1,0 +1,276 @@
+"""Object collectives and the data helpers of detectron2, vis4d and virtex.
+
+Object collectives pickle what they send (protocol 5, with numpy arrays and CPU tensors
+out of band, so large arrays are not copied through pickle) and **unpickle what other
+ranks send: unpickling runs code chosen by the sender**. Use them only within your own
+job, or pass ``serializer=`` (an object with ``dumps(obj) -> bytes`` and
+``loads(bytes) -> obj``, e.g. a JSON or msgpack wrapper) to avoid pickle altogether.
+Under NCCL, objects travel on a CPU (gloo) group, never through GPU memory.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+import torch
+
+from distbridge._collectives import all_reduce, broadcast, reduce
+from distbridge._state import current
+from distbridge._types import Group
+from distbridge.models._objects import Serializer
+
+__all__ = [
+    "Serializer",
+    "all_gather_object",
+    "all_reduce_dict",
+    "average_across_processes",
+    "broadcast_object",
+    "gather_object",
+    "gather_results",
+    "reduce_dict",
+    "scatter_object",
+    "shared_random_seed",
+]
+
+T = TypeVar("T")
+
+
+def all_gather_object(
+    obj: Any, group: Group | None = None, serializer: Serializer | None = None
+) -> list[Any]:
+    """Every rank's ``obj``, in rank order, on every rank.
+
+    Note:
+        Without a distributed context, returns ``[copy of obj]`` (it is serialized and
+        rebuilt, so an object that cannot travel fails here too).
+
+    Example:
+        >>> idist.all_gather_object({"rank": idist.get_rank()})
+        [{'rank': 0}, {'rank': 1}]   # on each of 2 ranks
+    """
+    return current().all_gather_object(obj, group, serializer)
+
+
+def gather_object(
+    obj: Any, dst: int = 0, group: Group | None = None, serializer: Serializer | None = None
+) -> list[Any]:
+    """Every rank's ``obj`` on rank ``dst`` (a list in rank order); ``[]`` on the others,
+    as detectron2's ``comm.gather``.
+
+    Example:
+        >>> idist.gather_object(idist.get_rank() * 10)
+        [0, 10]   # on rank 0 of 2; [] on rank 1
+    """
+    return current().gather_object(obj, dst, group, serializer)
+
+
+def broadcast_object(
+    obj: Any, src: int = 0, group: Group | None = None, serializer: Serializer | None = None
+) -> Any:
+    """Rank ``src``'s ``obj`` on every rank (the other ranks' ``obj`` is ignored; pass None).
+
+    Returns:
+        On ``src``, ``obj`` itself; elsewhere a rebuilt copy.
+
+    Example:
+        >>> idist.broadcast_object({"lr": 0.1} if idist.get_rank() == 0 else None)
+        {'lr': 0.1}   # on every rank
+    """
+    return current().broadcast_object(obj, src, group, serializer)
+
+
+def scatter_object(
+    objs: Sequence[Any] | None,
+    src: int = 0,
+    group: Group | None = None,
+    serializer: Serializer | None = None,
+) -> Any:
+    """Group rank r gets ``objs[r]`` from rank ``src``; ``objs`` is read on ``src`` only.
+
+    Example:
+        >>> idist.scatter_object(["a", "b"] if idist.get_rank() == 0 else None)
+        'a'   # on rank 0; 'b' on rank 1
+    """
+    return current().scatter_object(objs, src, group, serializer)
+
+
+# ---- dictionaries of metrics ------------------------------------------------------------------
+
+
+def _flatten(d: Mapping[str, Any]) -> tuple[list[str], torch.Tensor, torch.Tensor]:
+    """Sorted keys, and every value flattened into a float64 and an int64 vector."""
+    keys = sorted(d)
+    floats: list[torch.Tensor] = []
+    ints: list[torch.Tensor] = []
+    for key in keys:
+        value = d[key]
+        if isinstance(value, torch.Tensor):
+            flat = value.detach().reshape(-1).cpu()
+            is_float = flat.dtype.is_floating_point
+        elif isinstance(value, (numbers.Real, np.generic)) and not isinstance(value, str):
+            is_float = not isinstance(value, (numbers.Integral, np.bool_, bool))
+            flat = torch.tensor([value])
+        else:
+            raise TypeError(f"Value of {key!r} must be a tensor or a number, got {value!r}.")
+        if flat.dtype.is_complex:
+            raise TypeError(f"Value of {key!r} is complex; reduce it with all_reduce instead.")
+        (floats if is_float else ints).append(flat.to(torch.float64 if is_float else torch.int64))
+    return keys, _cat(floats, torch.float64), _cat(ints, torch.int64)
+
+
+def _cat(parts: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    return torch.cat(parts) if parts else torch.empty(0, dtype=dtype)
+
+
+def _fingerprint(d: Mapping[str, Any], keys: list[str]) -> int:
+    """A small number describing keys, kinds and shapes: equal on ranks that agree."""
+    described = [
+        (k, tuple(getattr(d[k], "shape", ())), isinstance(d[k], torch.Tensor)) for k in keys
+    ]
+    digest = 0
+    for char in repr(described):
+        digest = (digest * 131 + ord(char)) % 65_521
+    return digest + 1  # < 2**16: the sums of marks and squares stay exact in float64
+
+
+def _rebuild(
+    d: Mapping[str, Any], keys: list[str], floats: torch.Tensor, ints: torch.Tensor, mean: bool
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    fi = ii = 0
+    for key in keys:
+        value = d[key]
+        n = value.numel() if isinstance(value, torch.Tensor) else 1
+        is_float = (
+            value.dtype.is_floating_point
+            if isinstance(value, torch.Tensor)
+            else not isinstance(value, (numbers.Integral, np.bool_, bool))
+        )
+        if is_float:
+            part, fi = floats[fi : fi + n], fi + n
+        else:
+            part, ii = ints[ii : ii + n], ii + n
+            if mean:
+                part = part.to(torch.float64)
+        if isinstance(value, torch.Tensor):
+            dtype = value.dtype if (is_float or not mean) else torch.float64
+            out[key] = part.reshape(value.shape).to(dtype=dtype, device=value.device)
+        else:
+            out[key] = float(part.item()) if (is_float or mean) else int(part.item())
+    return out
+
+
+def _reduce_flat(
+    d: Mapping[str, Any], mean: bool, dst: int | None, group: Group | None
+) -> dict[str, Any]:
+    keys, floats, ints = _flatten(d)
+    mark = float(_fingerprint(d, keys))
+    # Three extra sums ride along: the number of ranks, and the mark and its square,
+    # whose sums satisfy total**2 == squares * ranks only when every rank sent the same mark.
+    fused = torch.cat([floats, torch.tensor([1.0, mark, mark * mark], dtype=torch.float64)])
+    fused = all_reduce(fused, "SUM", group) if dst is None else reduce(fused, dst, "SUM", group)
+    if ints.numel():
+        ints = all_reduce(ints, "SUM", group) if dst is None else reduce(ints, dst, "SUM", group)
+    is_receiver = dst is None or current().get_rank() == dst
+    if not is_receiver:
+        return dict(d)
+    world, total, squares = (round(v) for v in fused[-3:].tolist())
+    if total * total != squares * world:  # in Python ints: exact
+        raise ValueError(
+            "The dictionaries differ across ranks (keys, value kinds or shapes); every rank "
+            "must pass the same keys with values of the same shape."
+        )
+    floats = fused[:-3]
+    if mean:
+        floats = floats / world
+        ints = ints.to(torch.float64) / world
+    return _rebuild(d, keys, floats, ints, mean)
+
+
+def all_reduce_dict(
+    d: Mapping[str, Any], op: Literal["sum", "mean"] = "sum", group: Group | None = None
+) -> dict[str, Any]:
+    """Sum or average every value of ``d`` over the ranks, in one fused collective (two when
+    ``d`` holds both integer and floating values), as vis4d's ``all_reduce_dict``.
+
+    Args:
+        d: str keys; tensor (any shape) or number values; the same keys and shapes on every
+            rank (checked: a ValueError, not a silent mix-up).
+        op: "sum" keeps each value's dtype; "mean" gives integer values as float64.
+
+    Example:
+        >>> idist.all_reduce_dict({"loss": torch.tensor(idist.get_rank() + 1.0)}, op="mean")
+        {'loss': tensor(1.5000)}   # on each of 2 ranks
+    """
+    if op not in ("sum", "mean"):
+        raise ValueError(f"op must be 'sum' or 'mean', got {op!r}.")
+    return _reduce_flat(d, op == "mean", None, group)
+
+
+def reduce_dict(
+    d: Mapping[str, Any], average: bool = True, dst: int = 0, group: Group | None = None
+) -> dict[str, Any]:
+    """Reduce every value of ``d`` onto rank ``dst`` (averaged by default), as detectron2's
+    ``comm.reduce_dict``; the other ranks get ``d`` back unchanged (as a new dict)."""
+    return _reduce_flat(d, average, dst, group)
+
+
+def average_across_processes(x: T) -> T:
+    """Average a float tensor (in place, and returned) or a dict of values over all ranks,
+    as virtex's ``average_across_processes``."""
+    if isinstance(x, torch.Tensor):
+        return all_reduce(x, "AVG")  # type: ignore[return-value]
+    if isinstance(x, Mapping):
+        return all_reduce_dict(x, op="mean")  # type: ignore[return-value]
+    raise TypeError(f"average_across_processes takes a tensor or a dict, got {type(x).__name__}.")
+
+
+def shared_random_seed() -> int:
+    """A random int in [0, 2**31) that is the same on every rank (rank 0's draw), as
+    detectron2's ``comm.shared_random_seed``. Every rank draws from numpy's global
+    generator, so seeding numpy the same way everywhere keeps runs reproducible."""
+    return broadcast(int(np.random.randint(2**31)), src=0)
+
+
+def gather_results(
+    items: Sequence[T],
+    total: int | None = None,
+    order: Literal["interleave", "contiguous"] = "interleave",
+    dst: int | None = None,
+    group: Group | None = None,
+) -> list[T]:
+    """Put back together the per-rank results of a sharded evaluation.
+
+    Args:
+        items: this rank's results, in the order it processed its samples.
+        total: the dataset size: drops the duplicates DistributedSampler adds to make the
+            shards even. Never truncates to the shortest rank.
+        order: "interleave" undoes DistributedSampler's striding (rank r had samples
+            r, r + W, r + 2W, ...); "contiguous" concatenates the ranks' lists.
+        dst: only this rank receives the results (the others get ``[]``); None: every rank.
+        group: as in `all_reduce`.
+
+    Example:
+        >>> idist.gather_results(predictions, total=len(dataset))   # doctest: +SKIP
+    """
+    if order not in ("interleave", "contiguous"):
+        raise ValueError(f"order must be 'interleave' or 'contiguous', got {order!r}.")
+    if total is not None and (not isinstance(total, int) or total < 0):
+        raise ValueError(f"total must be an int >= 0 or None, got {total!r}.")
+    mine = list(items)
+    per_rank = all_gather_object(mine, group) if dst is None else gather_object(mine, dst, group)
+    if not per_rank:
+        return []
+    if order == "contiguous":
+        merged = [item for part in per_rank for item in part]
+    else:
+        longest = max(len(part) for part in per_rank)
+        merged = [part[i] for i in range(longest) for part in per_rank if i < len(part)]
+    if total is not None:
+        if total > len(merged):
+            raise ValueError(f"total={total}, but only {len(merged)} results were gathered.")
+        merged = merged[:total]
+    return merged

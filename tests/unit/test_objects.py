@@ -1,0 +1,142 @@
+"""Object collectives and data helpers without a distributed context, and their frames."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import distbridge as idist
+from distbridge.models._objects import decode_frame, encode_frame, frame_into, frame_size
+
+
+def _round_trip(obj: Any) -> Any:
+    parts = encode_frame(obj, None)
+    buffer = np.zeros(frame_size(parts), dtype=np.uint8)
+    frame_into(parts, buffer)
+    return decode_frame(buffer, None)
+
+
+def test_large_arrays_and_tensors_travel_out_of_band() -> None:
+    array = np.arange(1 << 16, dtype=np.float64)
+    tensor = torch.arange(1 << 16, dtype=torch.int32).reshape(256, 256)
+    parts = encode_frame({"a": array, "t": tensor}, None)
+    stream = parts[0]
+    assert stream.nbytes < 1024, "the arrays' bytes must not be inside the pickle stream"
+    assert sorted(p.nbytes for p in parts[1:]) == sorted([array.nbytes, tensor.numel() * 4])
+    back = _round_trip({"a": array, "t": tensor})
+    assert np.array_equal(back["a"], array)
+    assert torch.equal(back["t"], tensor)
+
+
+def test_frames_keep_tensor_metadata() -> None:
+    leaf = torch.ones(3, requires_grad=True)
+    back = _round_trip([leaf, torch.empty(0, 2), torch.tensor(2.5), torch.arange(6)[::2]])
+    assert back[0].requires_grad
+    assert back[1].shape == (0, 2)
+    assert back[2].dim() == 0 and back[2].item() == 2.5
+    assert back[3].tolist() == [0, 2, 4]
+
+
+def test_a_corrupt_frame_is_refused() -> None:
+    with pytest.raises(ValueError, match="corrupt object frame"):
+        decode_frame(np.zeros(64, dtype=np.uint8), None)
+
+
+def test_object_collectives_answer_as_a_world_of_one() -> None:
+    obj = {"x": np.arange(3), "y": "ü"}
+    (copy,) = idist.all_gather_object(obj)
+    assert copy is not obj
+    assert np.array_equal(copy["x"], obj["x"])
+    assert idist.gather_object(5) == [5]
+    assert idist.broadcast_object(obj) is obj
+    assert idist.scatter_object(["only"]) == "only"
+
+
+class _Json:
+    def dumps(self, obj: Any) -> bytes:
+        return json.dumps(obj).encode()
+
+    def loads(self, data: bytes) -> Any:
+        return json.loads(data)
+
+
+def test_a_serializer_replaces_pickle() -> None:
+    assert idist.all_gather_object({"a": [1]}, serializer=_Json()) == [{"a": [1]}]
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        idist.all_gather_object({1, 2}, serializer=_Json())
+
+
+def test_unpicklable_objects_and_bad_lists_raise() -> None:
+    with pytest.raises(TypeError, match="cannot be serialized"):
+        idist.all_gather_object(threading.Lock())
+    with pytest.raises(TypeError, match="cannot be serialized"):
+        idist.broadcast_object(lambda: 1)
+    with pytest.raises(ValueError, match="list of 1 objects"):
+        idist.scatter_object([1, 2])
+    with pytest.raises(ValueError, match="dst=1"):
+        idist.gather_object(1, dst=1)
+
+
+def test_pickled_data_is_only_unpickled_by_object_collectives() -> None:
+    payload = pickle.dumps({"a": 1})
+    assert idist.all_gather(payload) == [payload], "bytes are an object; they come back as sent"
+
+
+def test_dict_reductions_in_a_world_of_one() -> None:
+    d = {"loss": torch.tensor([1.0, 3.0]), "n": 4, "flag": True}
+    summed = idist.all_reduce_dict(d)
+    assert torch.equal(summed["loss"], d["loss"]) and summed["n"] == 4 and summed["flag"] == 1
+    mean = idist.all_reduce_dict(d, op="mean")
+    assert type(mean["n"]) is float
+    assert idist.reduce_dict({"a": torch.tensor(2.0)})["a"].item() == 2.0
+    with pytest.raises(ValueError, match="'sum' or 'mean'"):
+        idist.all_reduce_dict(d, op="avg")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="tensor or a number"):
+        idist.all_reduce_dict({"a": "text"})
+    with pytest.raises(TypeError, match="tensor or a dict"):
+        idist.average_across_processes([1.0])
+
+
+def test_gather_results_validates_its_arguments() -> None:
+    assert idist.gather_results([3, 1, 2], total=2) == [3, 1]
+    with pytest.raises(ValueError, match="order must be"):
+        idist.gather_results([1], order="random")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="only 1 results"):
+        idist.gather_results([1], total=5)
+
+
+def test_shared_random_seed_follows_numpy() -> None:
+    np.random.seed(3)
+    first = idist.shared_random_seed()
+    np.random.seed(3)
+    assert idist.shared_random_seed() == first
+
+
+def test_rank_zero_only_reads_the_launcher_before_initialization(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    @idist.rank_zero_only
+    def log() -> str:
+        return "logged"
+
+    assert log() == "logged"
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert log() is None
+
+
+def test_process_helpers_in_a_world_of_one() -> None:
+    assert idist.is_main_process()
+    idist.synchronize()
+    assert idist.get_local_size() == 1
+    assert idist.get_local_group() == [0]
+    assert idist.is_module_wrapper(torch.nn.DataParallel(torch.nn.Linear(1, 1)))
+    assert idist.launch(lambda a, b: a + b, 1, args=(2, 3)) == [5]
+    with pytest.raises(ValueError, match="'auto', 'tcp://host:port'"):
+        idist.launch(print, 2, dist_url="http://x")
