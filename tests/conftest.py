@@ -10,6 +10,9 @@ import torch.distributed as dist
 
 from distbridge.testing import reset_state
 
+# Variables pytest and torch itself set (torch's inductor caches on first optimizer use).
+_NOT_OURS = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_")
+
 
 @pytest.fixture(autouse=True)
 def _no_leaks() -> Iterator[None]:
@@ -24,7 +27,7 @@ def _no_leaks() -> Iterator[None]:
     changed = {
         k: (env_before.get(k), env_after.get(k))
         for k in set(env_before) | set(env_after)
-        if env_before.get(k) != env_after.get(k) and k != "PYTEST_CURRENT_TEST"
+        if env_before.get(k) != env_after.get(k) and not k.startswith(_NOT_OURS)
     }
     os.environ.clear()
     os.environ.update(env_before)

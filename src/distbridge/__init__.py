@@ -45,6 +45,7 @@ from distbridge._collectives import (
     scatter,
 )
 from distbridge._registry import RegisteredModels, registry
+from distbridge.auto import DistributedProxySampler, auto_dataloader, auto_model, auto_optim
 from distbridge.errors import (
     BackendUnavailableError,
     DistributedError,
@@ -94,6 +95,7 @@ __all__ = [
     "BackendUnavailableError",
     "ComputationModel",
     "DistributedError",
+    "DistributedProxySampler",
     "Parallel",
     "Serializer",
     "SpawnTimeoutError",
@@ -105,6 +107,9 @@ __all__ = [
     "all_reduce",
     "all_reduce_dict",
     "all_to_all",
+    "auto_dataloader",
+    "auto_model",
+    "auto_optim",
     "available_backends",
     "average_across_processes",
     "backend",

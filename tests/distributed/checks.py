@@ -589,6 +589,42 @@ def check_process_helpers(tmp: Path) -> None:
     assert not idist.is_module_wrapper(torch.nn.Linear(1, 1))
 
 
+def check_auto_training(tmp: Path) -> None:
+    """Three calls make a loop distributed: shards cover the data once, weights stay equal."""
+    import warnings
+
+    from torch.utils.data import TensorDataset
+
+    _, world = _ranks()
+    torch.manual_seed(0)
+    dataset = TensorDataset(torch.arange(24.0).unsqueeze(1), torch.arange(24.0))
+    global_batch = 4 * world
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a global batch that divides must not warn
+        loader = idist.auto_dataloader(dataset, batch_size=global_batch, shuffle=False)
+    seen = [int(x) for batch in loader for x in batch[1].tolist()]
+    assert all(len(b[1]) <= 4 for b in loader), "each process loads global_batch / world"
+    everything = [x for part in idist.all_gather_object(seen) for x in part]
+    assert set(everything) == set(range(24)), "every sample is seen by some rank"
+    assert len(everything) == -(-24 // world) * world, "only DistributedSampler's padding repeats"
+    model = idist.auto_model(torch.nn.Linear(1, 1))
+    if world > 1:
+        assert isinstance(model, torch.nn.parallel.DistributedDataParallel)
+    optimizer = idist.auto_optim(torch.optim.SGD(model.parameters(), lr=0.01))
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x).squeeze(1), y).backward()
+        optimizer.step()
+    weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    every = idist.all_gather(weights.unsqueeze(0))
+    assert all(torch.equal(every[0], row) for row in every), "weights differ across ranks"
+    if world > 1:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            idist.auto_dataloader(dataset, batch_size=world + 1)
+        assert any("global batch size" in str(w.message) for w in caught)
+
+
 def check_finalize_and_reinitialize(tmp: Path) -> None:
     """Leave the job and join it again: a fresh context, nothing stale (runs last)."""
     rank, world = _ranks()

@@ -1,0 +1,62 @@
+"""auto_model, auto_optim, auto_dataloader and DistributedProxySampler in a world of one."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset, WeightedRandomSampler
+from torch.utils.data.distributed import DistributedSampler
+
+import distbridge as idist
+
+
+def test_auto_model_moves_but_does_not_wrap_without_a_context() -> None:
+    model = torch.nn.Linear(2, 1)
+    assert idist.auto_model(model) is model
+    assert next(model.parameters()).device == idist.device()
+    assert not isinstance(idist.auto_model(model, data_parallel=True), torch.nn.DataParallel)
+
+
+def test_auto_model_rejects_ddp_arguments_it_cannot_use() -> None:
+    with pytest.raises(TypeError, match="find_unused_parameters"):
+        idist.auto_model(torch.nn.Linear(2, 1), find_unused_parameters=True)
+
+
+def test_auto_optim_is_the_identity_without_horovod_or_xla() -> None:
+    optimizer = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)
+    assert idist.auto_optim(optimizer) is optimizer
+    with pytest.raises(TypeError, match="Horovod"):
+        idist.auto_optim(optimizer, compression=None)
+
+
+def test_auto_dataloader_is_a_plain_loader_in_a_world_of_one() -> None:
+    dataset = TensorDataset(torch.arange(10.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader = idist.auto_dataloader(dataset, batch_size=3, shuffle=False)
+    assert isinstance(loader, DataLoader)
+    assert loader.batch_size == 3
+    assert next(iter(loader))[0].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_proxy_sampler_shards_any_sampler() -> None:
+    weights = torch.ones(10)
+    base = WeightedRandomSampler(weights, num_samples=10)
+    shards = [idist.DistributedProxySampler(base, num_replicas=3, rank=r) for r in range(3)]
+    for shard in shards:
+        shard.set_epoch(1)
+    got = [list(shard) for shard in shards]
+    assert [len(g) for g in got] == [4, 4, 4], "10 indices padded to 12, 4 per replica"
+    assert all(0 <= i < 10 for g in got for i in g)
+    again = [list(shard) for shard in shards]
+    assert got == again, "the same epoch gives the same shards"
+
+
+def test_proxy_sampler_validates_its_sampler() -> None:
+    with pytest.raises(TypeError, match="torch Sampler"):
+        idist.DistributedProxySampler([1, 2, 3])  # type: ignore[arg-type]
+    dataset = TensorDataset(torch.arange(4.0))
+    with pytest.raises(TypeError, match="already distributed"):
+        idist.DistributedProxySampler(DistributedSampler(dataset, num_replicas=1, rank=0))
