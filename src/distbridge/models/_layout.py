@@ -8,7 +8,7 @@ from typing import Any, Literal, overload
 
 from distbridge.environments import LaunchEnvironment
 
-__all__ = ["Layout", "export_layout", "layout_from_env", "layout_from_store"]
+__all__ = ["Layout", "LayoutQueries", "export_layout", "layout_from_env", "layout_from_store"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,36 @@ class Layout:
         if not isinstance(index, int) or isinstance(index, bool) or index < 0:
             raise ValueError(f"A local rank must be an int >= 0, got {index!r}.")
         return replace(self, local_rank=index)
+
+
+class LayoutQueries:
+    """The rank queries of a computation model, answered from its ``_layout``."""
+
+    _layout: Layout
+
+    def get_rank(self) -> int:
+        """This process's rank in the job."""
+        return self._layout.rank
+
+    def get_world_size(self) -> int:
+        """The number of processes in the job."""
+        return self._layout.world_size
+
+    def get_local_rank(self) -> int:
+        """This process's index on its machine."""
+        return self._layout.local_rank
+
+    def get_nproc_per_node(self) -> int:
+        """Processes per machine."""
+        return self._layout.nproc_per_node
+
+    def get_nnodes(self) -> int:
+        """Machines in the job."""
+        return self._layout.nnodes
+
+    def get_node_rank(self) -> int:
+        """This machine's index in the job."""
+        return self._layout.node_rank
 
 
 @overload

@@ -21,7 +21,13 @@ from distbridge import environments
 from distbridge._types import SpawnResult
 from distbridge.errors import BackendUnavailableError, DistributedError
 from distbridge.models._carriers import UNCARRIED_BY_C10D
-from distbridge.models._layout import Layout, export_layout, layout_from_env, layout_from_store
+from distbridge.models._layout import (
+    Layout,
+    LayoutQueries,
+    export_layout,
+    layout_from_env,
+    layout_from_store,
+)
 from distbridge.models._native_init import as_timeout, init_process_group
 from distbridge.models.base import ComputationModel
 
@@ -76,7 +82,7 @@ def _backend_of(pg: Any) -> str | None:
     return None
 
 
-class NativeModel(ComputationModel):
+class NativeModel(LayoutQueries, ComputationModel):
     """torch.distributed: nccl, gloo or mpi."""
 
     name: ClassVar[str] = "native-dist"
@@ -219,30 +225,6 @@ class NativeModel(ComputationModel):
     @override
     def backend(self) -> str | None:
         return self._backend
-
-    @override
-    def get_rank(self) -> int:
-        return self._layout.rank
-
-    @override
-    def get_world_size(self) -> int:
-        return self._layout.world_size
-
-    @override
-    def get_local_rank(self) -> int:
-        return self._layout.local_rank
-
-    @override
-    def get_nproc_per_node(self) -> int:
-        return self._layout.nproc_per_node
-
-    @override
-    def get_nnodes(self) -> int:
-        return self._layout.nnodes
-
-    @override
-    def get_node_rank(self) -> int:
-        return self._layout.node_rank
 
     @override
     def device(self) -> torch.device:
