@@ -6,6 +6,8 @@ wheel instead of a several-GB CUDA build.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nox
 import tomllib
 
@@ -52,13 +54,30 @@ def docs(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Facade overhead against raw torch.distributed, in the same processes."""
-    session.install(*CONSTRAINTS, "-e", ".")
-    session.run("python", "bench/bench_core.py", *session.posargs)
+    """The benches (JSON in bench/results/), then the docs' plot docs/img/benchmarks.png.
+
+    Arguments go to every bench: `nox -s bench -- --quick` for a shorter run.
+    """
+    session.install(*CONSTRAINTS, "-e", ".", "matplotlib")
+    Path("bench/results").mkdir(parents=True, exist_ok=True)
+    for name in ("core", "objects", "collectives"):
+        if Path(f"bench/bench_{name}.py").exists():
+            out = f"bench/results/{name}.json"
+            session.run("python", f"bench/bench_{name}.py", "--json", out, *session.posargs)
+    session.run("python", "bench/plot.py")
 
 
 @nox.session
 def examples(session: nox.Session) -> None:
-    """Run every example (two gloo processes)."""
+    """Run every example (two gloo processes), under spawn and torchrun, and a resumed run."""
     session.install(*CONSTRAINTS, "-e", ".")
+    checkpoint = f"{session.create_tmp()}/train_mlp.pt"
+    torchrun = ("python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2")
     session.run("python", "examples/quickstart.py", "--nproc", "2")
+    session.run("python", "examples/train_mlp.py", "--epochs", "2", "--checkpoint", checkpoint)
+    session.run("python", "examples/train_mlp.py", "--resume", "--checkpoint", checkpoint)
+    second = ("--checkpoint", f"{checkpoint}.torchrun")
+    session.run(*torchrun, "examples/train_mlp.py", "--launcher", "torchrun", *second)
+    session.run("python", "examples/evaluate.py", "--checkpoint", checkpoint)
+    session.run(*torchrun, "examples/evaluate.py", "--launcher", "torchrun")
+

@@ -480,6 +480,9 @@ def check_object_collectives(tmp: Path) -> None:
     assert config == {"lr": 0.1, "steps": [1, 2]}
     shards = [list(range(r + 1)) for r in range(world)] if rank == src_of(world) else None
     assert idist.scatter_object(shards, src=src_of(world)) == list(range(rank + 1))
+    big = idist.all_gather_object(np.full(300_000 + rank, rank, dtype=np.float32))  # > 1 MiB
+    assert [b.shape[0] for b in big] == [300_000 + r for r in range(world)]
+    assert [float(b[0]) for b in big] == [float(r) for r in range(world)]
     plain = idist.all_gather_object({"k": [rank]}, serializer=_JsonSerializer())
     assert plain == [{"k": [r]} for r in range(world)]
 

@@ -122,6 +122,9 @@ def spawn_native(
         env["MASTER_PORT"] = str(port)
     if init_method is None:
         env["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+    if "OMP_NUM_THREADS" not in os.environ:
+        # As torchrun: without it every CPU worker starts a thread per core and they fight.
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
     init_kwargs: dict[str, Any] = {}
     if timeout is not None:
         init_kwargs["timeout"] = timeout

@@ -9,6 +9,7 @@ The ``emulate_*`` functions are the default primitives for backends that lack an
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -242,7 +243,7 @@ def all_to_all(model: ComputationModel, tensors: Any, group: Any) -> list[torch.
     sent = [tuple(int(d) for d in table[me, j, 2 : 2 + table[me, j, 1]]) for j in range(size)]
     received = [tuple(int(d) for d in table[j, me, 2 : 2 + table[j, me, 1]]) for j in range(size)]
     flat = [model._to_placement(t).reshape(-1) for t in tensors]
-    data = torch.cat(flat) if flat else torch.empty(0, dtype=dtype)
+    data = _joined(flat, dtype)
     in_splits = [int(np.prod(s)) for s in sent]
     out_splits = [int(np.prod(s)) for s in received]
     if dtype in model.uncarried_dtypes:
@@ -258,6 +259,24 @@ def all_to_all(model: ComputationModel, tensors: Any, group: Any) -> list[torch.
         out = model._do_all_to_all(data, in_splits, out_splits, resolved)
     pieces = torch.split(out, out_splits)
     return [p.reshape(s).to(t.device) for p, s, t in zip(pieces, received, tensors, strict=True)]
+
+
+def _joined(parts: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """``torch.cat(parts)``, without the copy when the parts already lie end to end in one
+    buffer (as the chunks of ``x.chunk(n)`` do)."""
+    if not parts:
+        return torch.empty(0, dtype=dtype)
+    first = parts[0]
+    step = first.element_size()
+    end_to_end = all(
+        p.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+        and p.data_ptr() == q.data_ptr() + q.numel() * step
+        for q, p in itertools.pairwise(parts)
+    )
+    if not end_to_end:
+        return torch.cat(parts)
+    total = sum(p.numel() for p in parts)
+    return first.as_strided((total,), (1,))  # a view over the same storage
 
 
 # ---- default primitives for backends without the op -------------------------------------------

@@ -3,8 +3,10 @@
 Frame sizes travel first; a rank that cannot serialize its object sends size -1, so
 every rank raises together instead of some waiting forever. Frames then move as one
 uint8 buffer on the model's object transport (a CPU gloo group under NCCL): each
-rank writes its frame into its own slot of the receive buffer, and the backend
-gathers in place, so no separate send copy is made.
+rank writes its frame into its own slot of the receive buffer, so no separate send
+copy is made, and the backend fills the other slots (NCCL in place; gloo, for large
+frames, one broadcast per slot, since its all-gather stages everything in a scratch
+buffer of its own).
 """
 
 from __future__ import annotations

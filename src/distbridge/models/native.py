@@ -35,6 +35,7 @@ __all__ = ["NativeModel"]
 
 _CPU = torch.device("cpu")
 _INIT_KWARGS = ("timeout", "init_method", "rank", "world_size")
+_SLOT_BROADCAST_BYTES = 1 << 20  # above this, gloo gathers objects by broadcasts (less memory)
 SPAWN_OPTIONS = (
     "nnodes", "node_rank", "master_addr", "master_port", "init_method", "timeout",
     "start_method", "job_timeout", "join",
@@ -52,7 +53,11 @@ if dist.is_available():
         "OR": dist.ReduceOp.BOR,
         "AVG": dist.ReduceOp.AVG,
     }
+    # torch 2.13 renamed the single-tensor forms (the old names warn).
     _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    _reduce_scatter_single = (
+        getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    )
     _NON_MEMBER = dist.GroupMember.NON_GROUP_MEMBER
 
     if hasattr(_c10d._world, "_default_pg"):
@@ -283,7 +288,18 @@ class NativeModel(LayoutQueries, ComputationModel):
 
     @override
     def _do_all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor, group: Any) -> None:
-        _all_gather_single(out, tensor, group=group)  # in place when tensor is out's own slot
+        slot = tensor.numel()
+        if self._backend != "gloo" or slot * tensor.element_size() < _SLOT_BROADCAST_BYTES:
+            _all_gather_single(out, tensor, group=group)  # NCCL: in place when tensor is a slot
+            return
+        # gloo's all-gather stages the whole output in a scratch buffer of its own (measured:
+        # world x slot extra bytes); one broadcast per member writes into ``out`` directly.
+        me = self._group_rank(group)
+        mine = out[me * slot : (me + 1) * slot]
+        if mine.data_ptr() != tensor.data_ptr():
+            mine.copy_(tensor)
+        for index, member in enumerate(self._group_members(group)):
+            dist.broadcast(out[index * slot : (index + 1) * slot], src=member, group=group)
 
     @override
     def _object_transport(self, group: Any) -> tuple[Any, torch.device]:
@@ -319,7 +335,7 @@ class NativeModel(LayoutQueries, ComputationModel):
         if "reduce_scatter" not in self._emulated:
             out = tensor.new_empty((tensor.shape[0] // self._group_size(group), *tensor.shape[1:]))
             try:
-                dist.reduce_scatter_tensor(out, tensor, op=_OPS[op], group=group)
+                _reduce_scatter_single(out, tensor, op=_OPS[op], group=group)
                 return out
             except RuntimeError as err:
                 self._fall_back("reduce_scatter", err)
