@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, overload
@@ -31,9 +32,12 @@ class Registry:
         self._models: list[type[ComputationModel]] = []
         self._plugin_models: list[type[ComputationModel]] = []
         self._plugins_loaded = False
-        #: ``has_context`` of every model that can have a context (read on the hot path).
-        #: Until plug-ins are loaded, it holds one probe that loads them first.
+        #: ``has_context`` of every model that can have a context now: a model whose
+        #: ``context_module`` is not imported yet cannot. Read on the hot path, refreshed
+        #: when ``len(sys.modules)`` changes. Until plug-ins are loaded, it holds one probe
+        #: that loads them first.
         self.probes: tuple[Callable[[], bool], ...] = (self._load_plugins_then_probe,)
+        self.modules_seen = -1
 
     def register(self, model: type[ComputationModel], *, replace: bool = False) -> None:
         """Add ``model``. A model whose name or backends clash with a registered one is refused
@@ -106,7 +110,16 @@ class Registry:
 
     def _update_probes(self) -> None:
         if self._plugins_loaded:
-            self.probes = tuple(m.has_context for m in self._models if m.backends)
+            self.modules_seen = len(sys.modules)
+            self.probes = tuple(
+                m.has_context
+                for m in self._models
+                if m.backends and (m.context_module is None or m.context_module in sys.modules)
+            )
+
+    def refresh_probes(self) -> None:
+        """Recompute ``probes`` after modules were imported (cheap; called when needed)."""
+        self._update_probes()
 
     def _load_plugins_then_probe(self) -> bool:
         self._load_plugins()
@@ -140,6 +153,7 @@ class Registry:
         self._plugin_models.clear()
         self._plugins_loaded = False
         self.probes = (self._load_plugins_then_probe,)
+        self.modules_seen = -1
 
 
 class RegisteredModels(Sequence["type[ComputationModel]"]):

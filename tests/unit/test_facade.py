@@ -650,3 +650,34 @@ def test_reset_state_finalizes(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not dist.is_initialized()
     assert "RANK" not in os.environ
     assert idist.model_name() == "serial"
+
+
+def test_a_model_is_probed_only_once_its_module_is_imported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The serial hot path skips models whose framework is not imported, and notices the
+    import as soon as it happens."""
+    calls: list[str] = []
+
+    class GatedModel(RecordingModel):
+        name: ClassVar[str] = "gated-dist"
+        backends: ClassVar[tuple[str, ...]] = ("gatedbk",)
+        context_module: ClassVar[str | None] = "distbridge_test_gated_framework"
+        context: ClassVar[bool] = True  # from_context adopts
+
+        @classmethod
+        def has_context(cls) -> bool:
+            calls.append("probe")
+            return True
+
+    assert idist.model_name() == "serial"
+    registry.register(GatedModel)
+    try:
+        assert idist.model_name() == "serial"
+        assert calls == [], "a model whose module is not imported must not be probed"
+        monkeypatch.setitem(sys.modules, "distbridge_test_gated_framework", object())
+        assert idist.model_name() == "gated-dist"
+        assert calls
+    finally:
+        registry.unregister(GatedModel)
+        reset_state()

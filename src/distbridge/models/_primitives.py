@@ -29,6 +29,7 @@ class BackendPrimitives(ABC):
         name: the ``model_name()`` string, e.g. ``"native-dist"``.
         backends: the backend strings this model runs.
         priority: detection order, highest first.
+        context_module: the module whose import a context of this model needs, if any.
         spawn_options: keyword arguments ``spawn`` accepts besides ``backend``.
         uncarried_dtypes: dtypes the backend cannot move or reduce; they are carried
             bit-exactly by the base class.
@@ -39,6 +40,9 @@ class BackendPrimitives(ABC):
     name: ClassVar[str]
     backends: ClassVar[tuple[str, ...]]
     priority: ClassVar[int] = 0
+    #: a module that must be imported before this model can have a context (e.g.
+    #: "horovod.torch"); until it is, the serial model skips this model's probe.
+    context_module: ClassVar[str | None] = None
     spawn_options: ClassVar[tuple[str, ...]] = ()
     uncarried_dtypes: ClassVar[frozenset[torch.dtype]] = frozenset()
     reduce_ops: ClassVar[frozenset[str]] = frozenset(

@@ -6,6 +6,7 @@ would with 4 ranks: bugs surface on the laptop, not on the cluster.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol
 
@@ -22,10 +23,20 @@ _CPU = torch.device("cpu")
 
 class _ProbeSource(Protocol):
     probes: tuple[Callable[[], bool], ...]
+    modules_seen: int
+
+    def refresh_probes(self) -> None: ...
 
 
 class _NoProbes:
     probes: tuple[Callable[[], bool], ...] = ()
+    modules_seen = -1
+
+    def refresh_probes(self) -> None:
+        self.modules_seen = len(_MODULES)
+
+
+_MODULES = sys.modules
 
 
 class SerialModel(ComputationModel):
@@ -77,8 +88,11 @@ class SerialModel(ComputationModel):
 
     @override
     def is_current(self) -> bool:
+        watch = self._watch
+        if len(_MODULES) != watch.modules_seen:  # something was imported: maybe horovod
+            watch.refresh_probes()
         # A plain loop: a generator in any() costs ~350 ns on this hot path.
-        for probe in self._watch.probes:  # noqa: SIM110
+        for probe in watch.probes:  # noqa: SIM110
             if probe():
                 return False
         return True
