@@ -8,6 +8,7 @@ so a group is created once per distinct rank set (and options) and reused:
 from __future__ import annotations
 
 import enum
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ class GroupCache:
     NOT_A_MEMBER = _Membership.NOT_A_MEMBER
 
     def __init__(self, model: ComputationModel) -> None:
-        self._model = model
+        self._model = weakref.proxy(model)  # no cycle: groups are freed with their model
         self._groups: dict[object, Any] = {}
 
     def __len__(self) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -105,7 +106,9 @@ class NativeModel(LayoutQueries, ComputationModel):
     ) -> None:
         super().__init__()
         self._backend = backend
-        self._pg = _default_pg()
+        # Held weakly: a destroyed group must be freed at once (gloo's destructor joins its
+        # threads; run at interpreter exit instead, it can abort the process).
+        self._pg = weakref.ref(_default_pg())
         self._layout = layout
         self._env_restore = dict(env_set or {})
         self._emulated: set[str] = set()  # ops this backend refused; the base class emulates them
@@ -225,7 +228,8 @@ class NativeModel(LayoutQueries, ComputationModel):
 
     @override
     def is_current(self) -> bool:
-        return _default_pg() is self._pg
+        live = _default_pg()
+        return live is not None and live is self._pg()
 
     @override
     def backend(self) -> str | None:
