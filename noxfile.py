@@ -1,4 +1,4 @@
-"""Developer sessions: nox -s tests | lint | typecheck | docs | bench | examples.
+"""Developer sessions: nox -s tests | lint | typecheck | docs | bench | examples | xla | horovod.
 
 Every session installs torch through ci/constraints.txt, so it gets the pinned CPU
 wheel instead of a several-GB CUDA build.
@@ -6,6 +6,7 @@ wheel instead of a several-GB CUDA build.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import nox
@@ -15,6 +16,7 @@ nox.options.sessions = ["tests", "lint", "typecheck", "docs"]
 nox.options.reuse_existing_virtualenvs = True
 
 CONSTRAINTS = ("-c", "ci/constraints.txt")
+XLA_CONSTRAINTS = ("-c", "ci/constraints-xla.txt")
 
 
 def _extra(name: str) -> list[str]:
@@ -81,3 +83,41 @@ def examples(session: nox.Session) -> None:
     session.run("python", "examples/evaluate.py", "--checkpoint", checkpoint)
     session.run(*torchrun, "examples/evaluate.py", "--launcher", "torchrun")
 
+
+@nox.session
+def xla(session: nox.Session) -> None:
+    """The XLA model on the real XLA CPU device, in its own venv (torch 2.9.0 + torch_xla 2.9.0).
+
+    The venv is about 7 GB and takes a few minutes to build; nox reuses it on the same machine.
+    Runs the XLA tests, the unit tests on torch 2.9, then the XLA benchmark row.
+    """
+    session.install(*XLA_CONSTRAINTS, "torch", "torch_xla", "-e", ".[test]")
+    session.env["PJRT_DEVICE"] = "CPU"
+    paths = ("tests/distributed/test_xla.py", "tests/unit")
+    # These expect the message to end "Available: gloo." verbatim; here xla-tpu is available too.
+    verbatim = (
+        "test_unknown_backend_suggests_the_closest",
+        "test_mpi_unavailable_says_built_without_mpi",
+        "test_nccl_unavailable_on_a_cpu_machine_says_why",
+    )
+    skip = [f"--deselect=tests/unit/test_registry.py::{name}" for name in verbatim]
+    session.run("python", "-m", "pytest", *paths, *skip, *session.posargs)
+    session.run("python", "bench/bench_xla.py")
+
+
+@nox.session
+def horovod(session: nox.Session) -> None:
+    """Horovod for real: build Horovod 0.28.1 from its sdist (Gloo; MPI too when Open MPI's
+    headers are installed), then the Horovod tests under horovodrun and the benchmark row.
+
+    The first build takes a few minutes; ci/build_horovod.sh caches the wheel in
+    ~/.cache/distbridge/wheels, so later runs on the same machine skip it.
+    """
+    build = ("cloudpickle", "psutil", "pyyaml", "packaging", "cffi", "numpy", "setuptools", "wheel")
+    session.install(*CONSTRAINTS, "torch", *build)
+    if shutil.which("mpicc"):  # Open MPI's headers: Horovod gets MPI too, tested under mpirun
+        session.install("mpi4py")  # starts MPI so that it outlives hvd.shutdown()
+    session.run("bash", "ci/build_horovod.sh", f"{session.bin}/python", external=True)
+    session.install(*CONSTRAINTS, "-e", ".[test]")
+    session.run("python", "-m", "pytest", "tests/distributed/test_horovod.py", *session.posargs)
+    session.run("python", "bench/bench_horovod.py")

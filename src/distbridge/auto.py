@@ -74,7 +74,8 @@ def auto_optim(optimizer: torch.optim.Optimizer, **kwargs: Any) -> torch.optim.O
     if model_name == "horovod-dist":
         import horovod.torch as hvd
 
-        named = [(f"p{i}", p) for g in optimizer.param_groups for i, p in enumerate(g["params"])]
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        named = [(f"param{i}", p) for i, p in enumerate(params)]  # unique across groups
         kwargs.setdefault("named_parameters", named)
         wrapped = hvd.DistributedOptimizer(optimizer, **kwargs)
         hvd.broadcast_optimizer_state(wrapped, root_rank=0)

@@ -1,0 +1,225 @@
+"""``spawn`` for Horovod: ``horovod.run`` starts the workers (Gloo controller), one job.
+
+``horovod.run`` already fails fast: when a worker exits non-zero it stops the others and
+raises a ``RuntimeError`` naming the first one. It keeps the worker's traceback in that
+worker's stderr only, so each worker here writes one marked line there when it fails, and
+the parent, which has every worker's stderr in a temporary folder, turns it into a
+`WorkerFailedError` with the rank and the traceback. A ``job_timeout`` is kept by each worker
+itself (``faulthandler`` prints its stacks and exits), so a hang on any machine ends too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import importlib
+import json
+import os
+import re
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from distbridge.errors import PicklingError, SpawnTimeoutError, WorkerFailedError
+
+__all__ = ["spawn_horovod"]
+
+_MARK = "[distbridge-worker-error]"
+_FIRST = re.compile(r"Process name: (\S+)\s+Exit code: (-?\d+)")
+
+
+@dataclass(frozen=True)
+class _HorovodWorker:
+    """What each worker runs: join the job, call ``fn``, leave the job; report a failure."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    job_timeout: float | None
+
+    def __call__(self) -> Any:
+        if self.job_timeout is not None:  # a C thread: fires even inside a blocked collective
+            faulthandler.dump_traceback_later(self.job_timeout, exit=True)
+        from distbridge import _state
+        from distbridge.models.horovod import HorovodModel
+
+        model = None
+        try:
+            model = HorovodModel.from_backend("horovod")
+            _state.install(model)
+            return self.fn(model.get_local_rank(), *self.args, **self.kwargs)
+        except BaseException as exc:  # reported before leaving the job: the others fail later
+            record = {
+                "rank": int(os.environ.get("HOROVOD_RANK", "-1")),
+                "type": type(exc).__name__,
+                "message": _safe_str(exc),
+                "traceback": traceback.format_exc(),
+                "time": time.time(),
+            }
+            print(_MARK + json.dumps(record), file=sys.stderr, flush=True)
+            raise
+        finally:
+            if model is not None and model.is_current():
+                model.finalize()
+            _state.reset()
+            faulthandler.cancel_dump_traceback_later()
+
+
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return "<str() of the exception failed>"
+
+
+def _positive(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
+    return value
+
+
+def _host_names(hosts: str | Sequence[str] | None, nproc: int) -> list[str]:
+    """The machines of the job, each given exactly ``nproc`` slots."""
+    if hosts is None:
+        return ["localhost"]
+    items = hosts.split(",") if isinstance(hosts, str) else list(hosts)
+    names = []
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise ValueError(f"hosts must be 'host1,host2' or 'host1:N,host2:N', got {hosts!r}.")
+        name, _, slots = item.strip().partition(":")
+        if slots and slots != str(nproc):
+            raise ValueError(
+                f"hosts gives {slots!r} slots to {name!r} but nproc_per_node={nproc}: give "
+                f"every host nproc_per_node slots ('{name}:{nproc}') or none ('{name}')."
+            )
+        names.append(name)
+    if len(set(names)) != len(names):
+        raise ValueError(f"hosts names a machine twice: {hosts!r}.")
+    return names
+
+
+@contextlib.contextmanager
+def _signal_handlers_kept() -> Iterator[None]:
+    """horovod.run replaces the SIGINT / SIGTERM handlers for good; put them back after."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+
+def spawn_horovod(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs_dict: Mapping[str, Any],
+    nproc_per_node: int,
+    *,
+    hosts: str | Sequence[str] | None = None,
+    nnodes: int | None = None,
+    node_rank: int | None = None,
+    job_timeout: float | None = None,
+    start_timeout: int | None = None,
+    verbose: bool = False,
+) -> list[Any]:
+    """Run ``fn(local_rank, *args, **kwargs_dict)`` in ``nproc_per_node`` workers on each
+    machine of ``hosts`` (default: this one) and return every worker's result, in rank order."""
+    nproc = _positive("nproc_per_node", nproc_per_node)
+    names = _host_names(hosts, nproc)
+    if nnodes is not None and nnodes != len(names):
+        raise ValueError(
+            f"nnodes={nnodes!r} but hosts names {len(names)} machine(s); with Horovod, list the "
+            "machines in hosts='host1,host2' and leave nnodes out."
+        )
+    if node_rank not in (None, 0):
+        raise ValueError(
+            f"node_rank={node_rank!r}: horovod.run starts every machine from this one, so "
+            "node_rank must be 0 or left out; list the machines in hosts= instead."
+        )
+    if job_timeout is not None and not job_timeout > 0:
+        raise ValueError(f"job_timeout must be a number of seconds > 0, got {job_timeout!r}.")
+    import horovod
+
+    cloudpickle = importlib.import_module("cloudpickle")  # horovod.run's own serializer
+    worker = _HorovodWorker(fn, tuple(args), dict(kwargs_dict), job_timeout)
+    try:
+        cloudpickle.dumps(worker)
+    except Exception as err:
+        raise PicklingError(
+            f"spawn('horovod') cannot send {fn!r} or its arguments to the workers: "
+            f"{type(err).__name__}: {err}. Pass picklable values."
+        ) from err
+    num_proc = nproc * len(names)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="distbridge-hvd-") as out, _signal_handlers_kept():
+        try:
+            results: list[Any] = horovod.run(
+                worker,
+                num_proc=num_proc,
+                hosts=",".join(f"{name}:{nproc}" for name in names),
+                use_gloo=True,
+                start_timeout=start_timeout,
+                output_filename=out,
+                verbose=verbose or None,
+                disable_cache=True,
+            )
+        except RuntimeError as err:
+            elapsed = time.monotonic() - started
+            raise _failure(err, Path(out), nproc, elapsed, job_timeout) from None
+    return results
+
+
+def _failure(
+    err: RuntimeError, out: Path, nproc: int, elapsed: float, job_timeout: float | None
+) -> Exception:
+    """The error to raise for horovod.run's ``err``, from the workers' stderr in ``out``."""
+    records = []
+    for stderr in out.glob("rank.*/stderr"):
+        for line in stderr.read_text(errors="replace").splitlines():
+            if _MARK in line:
+                with contextlib.suppress(ValueError):
+                    records.append(json.loads(line.split(_MARK, 1)[1]))
+    stopped = "The other workers were stopped."
+    if records:
+        # A rank that raised first, and not because a peer left the job, is the cause.
+        first = min(records, key=lambda r: (r["type"] == "HorovodInternalError", r["time"]))
+        rank = int(first["rank"])
+        raised = f"{first['type']}: {first['message']}" if first["message"] else first["type"]
+        return WorkerFailedError(
+            f"Worker rank {rank} (local rank {rank % nproc}) raised {raised}. {stopped}\n\n"
+            f"Traceback of rank {rank}:\n{first['traceback']}",
+            rank=rank,
+            local_rank=rank % nproc,
+            exitcode=None,
+            worker_traceback=first["traceback"],
+        )
+    if job_timeout is not None and elapsed >= job_timeout:
+        return SpawnTimeoutError(
+            f"The job ran past its job_timeout of {job_timeout} s and every worker was stopped "
+            "(their Python stacks are in stderr above). Raise job_timeout, or look at those "
+            "stacks for the place where they hang."
+        )
+    found = _FIRST.search(str(err))
+    if found is None:  # horovod.run could not read a result: a worker exited 0 without one
+        return WorkerFailedError(
+            f"A worker exited without returning a result (exit code 0, e.g. after os._exit(0)); "
+            f"horovod.run said: {err}. {stopped}",
+            rank=-1,
+            local_rank=-1,
+            exitcode=0,
+        )
+    rank, code = int(found.group(1)) if found.group(1).isdigit() else -1, int(found.group(2))
+    what = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    return WorkerFailedError(
+        f"Worker rank {rank} (local rank {rank % nproc}) {what}. {stopped}",
+        rank=rank,
+        local_rank=rank % nproc,
+        exitcode=code,
+    )

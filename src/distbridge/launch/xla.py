@@ -1,0 +1,236 @@
+"""``spawn`` for PyTorch/XLA: torch_xla's ``xmp.spawn``, supervised, returning every result.
+
+The parent never imports torch_xla. It starts one launcher process under distbridge's
+supervisor (so ``job_timeout``, Ctrl-C, and "no process outlives the call" work as for the
+native backends), and the launcher calls ``torch_xla.distributed.xla_multiprocessing.spawn``:
+with ``nproc_per_node=1`` the replica runs in the launcher itself, otherwise torch_xla starts
+one process per device, all in the launcher's process group.
+
+``xmp.spawn`` returns nothing, so each replica reports to a file of its own in a folder the
+parent owns: ``("ok", rank, value)`` or ``("error", rank, traceback, type name, message)``.
+A replica that raises while it has siblings in other processes stops the whole process
+group at once, so nobody waits in a collective for it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import signal
+import tempfile
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from distbridge.errors import WorkerFailedError
+from distbridge.launch.pickling import check_picklable
+from distbridge.launch.supervisor import START_METHODS, _die_with_parent, run_workers
+
+__all__ = ["spawn_xla"]
+
+Report = tuple[Any, ...]
+
+
+def _cpu_values(value: Any) -> Any:
+    """``value`` with its XLA tensors moved to the CPU: the parent has no XLA runtime."""
+    from torch.utils import _pytree
+
+    def move(leaf: Any) -> Any:
+        is_xla = isinstance(leaf, torch.Tensor) and leaf.device.type == "xla"
+        return leaf.cpu() if is_xla else leaf
+
+    return _pytree.tree_map(move, value)
+
+
+def _write(folder: str, local: int, report: Report | bytes) -> None:
+    path = Path(folder, f"{local}.pkl")
+    partial = path.with_suffix(".partial")
+    data = report if isinstance(report, bytes) else pickle.dumps(report, pickle.HIGHEST_PROTOCOL)
+    partial.write_bytes(data)
+    os.replace(partial, path)  # the parent never reads half a report
+
+
+@dataclass(frozen=True)
+class _Replica:
+    """What runs in every XLA replica: check the host, join, call ``fn``, report."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    nproc: int
+    folder: str
+    launcher_pid: int = 0
+
+    def __call__(self, ordinal: int) -> None:
+        import torch_xla.runtime as xr
+
+        local = xr.local_ordinal()
+        in_pool = os.getpid() != self.launcher_pid  # torch_xla started a process per device
+        try:
+            if in_pool:
+                _die_with_parent()
+            value = _cpu_values(self._run(xr))
+            try:
+                payload = pickle.dumps(("ok", ordinal, value), protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as err:
+                raise TypeError(
+                    f"its return value {type(value).__name__} cannot be pickled to send it to "
+                    f"the parent ({type(err).__name__}: {err}); return picklable values such "
+                    "as numbers, strings, tensors and containers of these."
+                ) from err
+            _write(self.folder, local, payload)
+        except BaseException as exc:
+            clean = isinstance(exc, SystemExit) and exc.code in (None, 0)  # as the native spawn
+            _write(
+                self.folder, local, ("ok", ordinal, None) if clean else _error_report(ordinal, exc)
+            )
+            if in_pool and not clean:  # siblings in other processes may wait for us
+                os.killpg(os.getpgrp(), signal.SIGTERM)
+            raise
+
+    def _run(self, xr: Any) -> Any:
+        devices = xr.local_device_count()
+        if devices != self.nproc:
+            raise ValueError(
+                f"spawn got nproc_per_node={self.nproc}, but this host has {devices} XLA "
+                f"device(s) and xmp.spawn runs one replica per device; pass "
+                f"nproc_per_node={devices}, or limit the devices (TPU_VISIBLE_CHIPS, "
+                "CPU_NUM_DEVICES, ...)."
+            )
+        from distbridge import _state
+        from distbridge.models.xla import BACKEND, XlaModel
+
+        model = XlaModel.from_backend(BACKEND)
+        _state.install(model)
+        try:
+            return self.fn(model.get_local_rank(), *self.args, **self.kwargs)
+        finally:
+            if model.is_current():
+                model.finalize()
+            _state.reset()
+
+
+def _error_report(ordinal: int, exc: BaseException) -> Report:
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<str() of the exception failed>"
+    return ("error", ordinal, traceback.format_exc(), type(exc).__name__, message)
+
+
+@dataclass(frozen=True)
+class _Launcher:
+    """The one supervised process: hand the replicas to ``xmp.spawn``."""
+
+    replica: _Replica
+    start_method: str
+
+    def __call__(self, index: int) -> None:
+        import torch_xla.distributed.xla_multiprocessing as xmp
+
+        replica = replace(self.replica, launcher_pid=os.getpid())
+        nprocs = 1 if replica.nproc == 1 else None  # xmp.spawn takes 1 or "every device"
+        xmp.spawn(replica, nprocs=nprocs, start_method=self.start_method)
+
+
+def spawn_xla(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs_dict: Mapping[str, Any],
+    nproc_per_node: int,
+    *,
+    backend: str = "xla-tpu",
+    start_method: str = "spawn",
+    job_timeout: float | None = None,
+    join: bool = True,
+    nnodes: int = 1,
+    node_rank: int = 0,
+) -> list[Any]:
+    """Run ``fn(local_rank, *args, **kwargs_dict)`` in every XLA replica of this host; return
+    their results in local-rank order (XLA tensors in them come back on the CPU)."""
+    if (
+        isinstance(nproc_per_node, bool)
+        or not isinstance(nproc_per_node, int)
+        or nproc_per_node < 1
+    ):
+        raise ValueError(f"nproc_per_node must be an int >= 1, got {nproc_per_node!r}.")
+    if (nnodes, node_rank) != (1, 0):
+        raise ValueError(
+            f"spawn got nnodes={nnodes!r}, node_rank={node_rank!r}, but XLA takes the hosts from "
+            "its runtime: run the same spawn on every host and drop nnodes and node_rank."
+        )
+    if join is not True:
+        raise ValueError(
+            "join=False is not supported: spawn supervises its workers until they end."
+        )
+    if start_method not in START_METHODS:
+        raise ValueError(f"start_method must be one of {START_METHODS}, got {start_method!r}.")
+    if start_method != "fork":
+        check_picklable(fn, args, kwargs_dict)
+    folder = tempfile.mkdtemp(prefix="distbridge-xla-")
+    replica = _Replica(fn, tuple(args), dict(kwargs_dict), nproc_per_node, folder)
+    try:
+        try:
+            run_workers(
+                _Launcher(replica, start_method), 1, start_method=start_method,
+                job_timeout=job_timeout,
+            )  # fmt: skip
+        except WorkerFailedError as err:
+            raise _replica_failure(folder, nproc_per_node) or err from None
+        return _results(folder, nproc_per_node)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _read(folder: str, nproc: int) -> dict[int, Report]:
+    reports = {}
+    for local in range(nproc):
+        path = Path(folder, f"{local}.pkl")
+        if path.exists():
+            try:
+                reports[local] = pickle.loads(path.read_bytes())
+            except Exception as err:
+                reports[local] = ("error", local, "", "PicklingError",
+                                  f"its result could not be unpickled: {err}")  # fmt: skip
+    return reports
+
+
+def _replica_failure(folder: str, nproc: int) -> WorkerFailedError | None:
+    """The error of the first replica that failed, or None when none reported one."""
+    failed = [(local, r) for local, r in _read(folder, nproc).items() if r[0] == "error"]
+    if not failed:
+        return None
+    local, (_, rank, worker_traceback, type_name, message) = min(
+        failed, key=lambda item: os.stat(Path(folder, f"{item[0]}.pkl")).st_mtime_ns
+    )
+    raised = f"{type_name}: {message}" if message else type_name
+    return WorkerFailedError(
+        f"Worker rank {rank} (local rank {local}) raised {raised}. The other workers were "
+        f"stopped.\n\nTraceback of rank {rank}:\n{worker_traceback}",
+        rank=rank,
+        local_rank=local,
+        exitcode=None,
+        worker_traceback=worker_traceback,
+    )
+
+
+def _results(folder: str, nproc: int) -> list[Any]:
+    failure = _replica_failure(folder, nproc)
+    if failure is not None:
+        raise failure
+    reports = _read(folder, nproc)
+    missing = [local for local in range(nproc) if local not in reports]
+    if missing:
+        raise WorkerFailedError(
+            f"XLA replicas with local ranks {missing} ended without reporting a result, though "
+            "xmp.spawn returned; a replica ran os._exit(0) or torch_xla ran fewer replicas.",
+            rank=missing[0],
+            local_rank=missing[0],
+            exitcode=0,
+        )
+    return [reports[local][2] for local in range(nproc)]

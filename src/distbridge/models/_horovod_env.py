@@ -1,0 +1,82 @@
+"""Horovod's side of the environment: loading ``horovod.torch`` lazily, why it cannot run,
+and variables set only while ``hvd.init()`` reads them."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["environ", "hvd_module", "mpi_outlives_shutdown", "unavailable"]
+
+
+@contextlib.contextmanager
+def environ(values: Mapping[str, str]) -> Iterator[None]:
+    """Set ``values`` in os.environ for the block, then put back what was there."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def hvd_module() -> Any:
+    """The ``horovod.torch`` module (imported on first use)."""
+    module = sys.modules.get("horovod.torch")
+    return module if module is not None else importlib.import_module("horovod.torch")
+
+
+@functools.cache
+def unavailable() -> str | None:
+    """Why Horovod cannot run here, or None; computed once (it imports horovod.torch)."""
+    spec = importlib.util.find_spec("horovod")
+    if spec is None:
+        return (
+            "horovod is not installed (pip install 'distbridge[horovod]' with "
+            "HOROVOD_WITH_PYTORCH=1, or run `nox -s horovod`)"
+        )
+    folders = [Path(p) / "torch" for p in spec.submodule_search_locations or ()]
+    if not any(any(f.glob("mpi_lib_v2*")) for f in folders):
+        return (
+            "horovod is installed without its PyTorch extension (horovod/torch/mpi_lib_v2 is "
+            "missing); reinstall it with HOROVOD_WITH_PYTORCH=1 and torch installed"
+        )
+    try:
+        hvd_module()
+    except Exception as err:  # a broken build must not break distbridge
+        return (
+            f"horovod.torch does not load ({type(err).__name__}: {err}); rebuild Horovod "
+            f"against this torch {torch.__version__} (HOROVOD_WITH_PYTORCH=1 pip install "
+            "--no-cache-dir --no-build-isolation horovod)"
+        )
+    return None
+
+
+def mpi_outlives_shutdown(hvd: Any) -> bool:
+    """Under mpirun, with Horovod built with MPI: start MPI through mpi4py before hvd.init().
+
+    Horovod finalizes MPI at hvd.shutdown() when it started MPI itself, and MPI cannot start
+    twice in a process (a second hvd.init() aborts it). Started by mpi4py, MPI outlives
+    hvd.shutdown(). Returns whether MPI will outlive the next shutdown.
+    """
+    launched = any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
+    if not launched or os.environ.get("HOROVOD_CONTROLLER") == "gloo" or not hvd.mpi_built():
+        return True  # the Gloo controller, or no MPI at all
+    try:
+        mpi = importlib.import_module("mpi4py.MPI")  # initializes MPI (thread level multiple)
+    except ImportError:
+        return False
+    return not bool(mpi.Is_finalized())

@@ -1,0 +1,401 @@
+"""HorovodModel: Horovod's collectives (Gloo or MPI controller), with groups as process sets.
+
+Horovod is imported only inside methods, so ``import distbridge`` never loads it. Where a
+process sits (rank, local rank, nodes) comes from Horovod itself. Horovod lacks some dtypes
+and the bitwise reductions; they are carried exactly here: narrow types are widened,
+unsigned ones go through ``_carriers``, complex sums reduce their real view, and AND / OR
+(and a complex PRODUCT) fold an all-gather. Every operation carries an explicit name, so
+ranks that sit out a group's operations never disagree with the others about the next name.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import torch
+from typing_extensions import Self, override
+
+from distbridge._types import SpawnResult
+from distbridge.errors import BackendUnavailableError, DistributedError
+from distbridge.models import _carriers as carriers
+from distbridge.models._horovod_env import environ, hvd_module, mpi_outlives_shutdown, unavailable
+from distbridge.models._layout import Layout
+from distbridge.models.base import ComputationModel
+
+__all__ = ["HorovodModel"]
+
+_CPU = torch.device("cpu")
+_DYNAMIC_VAR = "HOROVOD_DYNAMIC_PROCESS_SETS"
+_INIT_KWARGS = ("comm", "process_sets")
+SPAWN_OPTIONS = ("hosts", "nnodes", "node_rank", "job_timeout", "start_timeout", "verbose")
+#: dtypes Horovod reduces itself (CPU and CUDA).
+_REDUCED = frozenset((torch.int32, torch.int64, torch.float16, torch.float32, torch.float64))
+#: dtypes Horovod gathers and broadcasts itself; the others travel as bytes.
+_MOVED = _REDUCED | {torch.uint8, torch.int8, torch.int16}
+#: reduced in a wider dtype, then cast back (exact: sums wrap as in the narrow type).
+_WIDER = {torch.bool: torch.int32, torch.uint8: torch.int32, torch.int8: torch.int32,
+          torch.bfloat16: torch.float32}  # fmt: skip
+#: signed views for the bitwise fold (two's complement: the same bits).
+_SIGNED = {getattr(torch, f"uint{n}"): getattr(torch, f"int{n}") for n in (16, 32, 64)}
+_FOLD = {"AND": operator.and_, "OR": operator.or_, "PRODUCT": operator.mul}
+_HVD_OPS = {"SUM": "Sum", "AVG": "Average", "ADASUM": "Adasum", "MIN": "Min", "MAX": "Max",
+            "PRODUCT": "Product"}  # fmt: skip
+
+
+class HorovodModel(ComputationModel):
+    """Horovod: backend ``"horovod"``, model name ``"horovod-dist"``."""
+
+    name: ClassVar[str] = "horovod-dist"
+    context_module: ClassVar[str | None] = "horovod.torch"  # no context before its import
+    backends: ClassVar[tuple[str, ...]] = ("horovod",)
+    priority: ClassVar[int] = 20  # a Horovod job may also hold a torch process group
+    spawn_options: ClassVar[tuple[str, ...]] = SPAWN_OPTIONS
+    reduce_ops: ClassVar[frozenset[str]] = frozenset(
+        ("SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "AVG", "ADASUM")
+    )
+    #: how often this process called hvd.init() through distbridge (see _init_environ)
+    _initializations: ClassVar[int] = 0
+    #: whether a shutdown here finalized MPI, which cannot start again in this process
+    _mpi_finalized: ClassVar[bool] = False
+
+    def __init__(self, layout: Layout) -> None:
+        super().__init__()
+        hvd = hvd_module()
+        self._hvd = hvd
+        self._ops = {name: getattr(hvd, attr) for name, attr in _HVD_OPS.items()}
+        self._world_set = hvd.global_process_set
+        self._is_initialized = hvd.is_initialized
+        self._mpi_ops = sys.modules["horovod.torch.mpi_ops"]
+        self._token = self._mpi_ops._handle_map  # a new dict on every hvd.init()
+        self._layout = layout
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        local = layout.local_rank
+        self._device = torch.device(f"cuda:{local}") if local < gpus else _CPU
+
+    # ---- class level -----------------------------------------------------------------------
+
+    @classmethod
+    @override
+    def is_available(cls) -> bool:
+        return unavailable() is None
+
+    @classmethod
+    @override
+    def unavailable_reason(cls, backend: str) -> str | None:
+        if backend not in cls.backends:
+            return f"{cls.__name__} runs only {', '.join(cls.backends)}"
+        return unavailable()
+
+    @classmethod
+    @override
+    def has_context(cls) -> bool:
+        module = sys.modules.get("horovod.torch")  # never imports horovod
+        return module is not None and bool(module.is_initialized())
+
+    @classmethod
+    @override
+    def from_context(cls) -> Self | None:
+        if not cls.has_context():
+            return None
+        hvd = hvd_module()
+        layout = Layout(
+            rank=hvd.rank(),
+            world_size=hvd.size(),
+            local_rank=hvd.local_rank(),
+            nproc_per_node=hvd.local_size(),
+            nnodes=hvd.cross_size(),
+            node_rank=hvd.cross_rank(),
+        )
+        return cls(layout)
+
+    @classmethod
+    @override
+    def from_backend(cls, backend: str, **kwargs: Any) -> Self:
+        unknown = sorted(set(kwargs) - set(_INIT_KWARGS))
+        if unknown:
+            raise TypeError(
+                f"initialize({backend!r}) got unexpected keyword arguments {unknown}; "
+                f"Horovod takes {', '.join(_INIT_KWARGS)} (passed to hvd.init)."
+            )
+        reason = cls.unavailable_reason(backend)
+        if reason is not None:
+            raise BackendUnavailableError(f"Backend {backend!r} is not available: {reason}.")
+        hvd = hvd_module()
+        if hvd.is_initialized():
+            raise DistributedError(
+                "Horovod is already initialized (hvd.init() was called); call "
+                "distbridge.finalize() before initialize('horovod'), or just use it as it is."
+            )
+        if cls._mpi_finalized:
+            raise DistributedError(
+                "Horovod cannot start again in this process: its MPI controller finalized MPI "
+                "at finalize(), and MPI starts only once. Install mpi4py (distbridge then "
+                "starts MPI so that it outlives finalize()), or initialize only once."
+            )
+        mpi_outlives_shutdown(hvd)  # under mpirun: MPI started by mpi4py outlives shutdown
+        with environ(cls._init_environ()):  # read by hvd.init(), restored right after
+            try:
+                hvd.init(comm=kwargs.get("comm"), process_sets=kwargs.get("process_sets"))
+            except ValueError as err:
+                raise DistributedError(f"hvd.init() failed: {err}") from err
+        model = cls.from_context()
+        if model is None:  # pragma: no cover - hvd.init() returned without a context
+            raise DistributedError("hvd.init() returned but Horovod is not initialized.")
+        if model._device.type == "cuda":
+            torch.cuda.set_device(model._device)
+        return model
+
+    @classmethod
+    def _init_environ(cls) -> dict[str, str]:
+        """Variables for hvd.init(): dynamic process sets, so new_group() can add sets later;
+        under horovodrun's Gloo rendezvous also a host name new to each initialization in this
+        process, because the rendezvous server keeps the per-host keys of an earlier one (its
+        cleanup of finished scopes loses some), which would point a re-initialization at
+        closed ports. Every rank on a host initializes as often, so they agree on the name."""
+        values = {_DYNAMIC_VAR: "1"}
+        if os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR") and not os.environ.get("HOROVOD_ELASTIC"):
+            host = os.environ.get("HOROVOD_HOSTNAME", "localhost")
+            values["HOROVOD_HOSTNAME"] = f"{host}.distbridge{cls._initializations}"
+        cls._initializations += 1
+        return values
+
+    @classmethod
+    @override
+    def spawn(
+        cls,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs_dict: Mapping[str, Any],
+        nproc_per_node: int,
+        **kwargs: Any,
+    ) -> SpawnResult:
+        unknown = sorted(set(kwargs) - {"backend", *SPAWN_OPTIONS})
+        if unknown:
+            raise TypeError(
+                f"spawn() got unexpected keyword arguments {unknown}; the horovod backend "
+                f"takes {', '.join(SPAWN_OPTIONS)}."
+            )
+        kwargs.pop("backend", None)
+        reason = unavailable()
+        if reason is not None:
+            raise BackendUnavailableError(f"Backend 'horovod' is not available: {reason}.")
+        from distbridge.launch.horovod import spawn_horovod
+
+        return spawn_horovod(fn, args, kwargs_dict, nproc_per_node, **kwargs)
+
+    # ---- queries -----------------------------------------------------------------------------
+
+    @override
+    def is_current(self) -> bool:
+        return self._mpi_ops._handle_map is self._token and bool(self._is_initialized())
+
+    @override
+    def backend(self) -> str | None:
+        return "horovod"
+
+    @override
+    def get_rank(self) -> int:
+        return self._layout.rank
+
+    @override
+    def get_world_size(self) -> int:
+        return self._layout.world_size
+
+    @override
+    def get_local_rank(self) -> int:
+        return self._layout.local_rank
+
+    @override
+    def get_nproc_per_node(self) -> int:
+        return self._layout.nproc_per_node
+
+    @override
+    def get_nnodes(self) -> int:
+        return self._layout.nnodes
+
+    @override
+    def get_node_rank(self) -> int:
+        return self._layout.node_rank
+
+    @override
+    def device(self) -> torch.device:
+        return self._device
+
+    @override
+    def set_local_rank(self, index: int) -> None:
+        self._layout = self._layout.with_local_rank(index)
+        if self._device.type == "cuda":
+            self._device = torch.device(f"cuda:{index}")
+
+    @override
+    def finalize(self) -> None:
+        if self.is_current():
+            if self._hvd.mpi_enabled() and not mpi_outlives_shutdown(self._hvd):
+                type(self)._mpi_finalized = True  # hvd.shutdown() ends MPI for this process
+            self._hvd.shutdown()
+        self._groups.clear()
+
+    # ---- primitives --------------------------------------------------------------------------
+
+    @override
+    def _native_avg(self) -> bool:
+        return True
+
+    @override
+    def _collective_device(self) -> torch.device:
+        return _CPU
+
+    @override
+    def _placement(self, tensor: torch.Tensor) -> torch.device:
+        return tensor.device if tensor.device.type in ("cpu", "cuda") else _CPU
+
+    def _set(self, group: Any) -> Any:
+        return self._world_set if group is None else group
+
+    @override
+    def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
+        dtype = tensor.dtype
+        if op == "ADASUM":
+            self._check_adasum(dtype, group)
+        if op in ("AND", "OR"):
+            if dtype is torch.bool:
+                wide = self._reduce(tensor.to(torch.int32), "MIN" if op == "AND" else "MAX", group)
+                return wide.to(torch.bool)
+            return self._fold(tensor, op, group)
+        if dtype in _REDUCED:
+            return self._reduce(tensor, op, group)
+        if dtype.is_complex:
+            if op == "PRODUCT":
+                return self._fold(tensor, op, group)
+            self._do_all_reduce(torch.view_as_real(tensor), op, group)  # in place
+            return tensor
+        if dtype in carriers.UNCARRIED_BY_C10D:
+            carrier, back = carriers.reduce_carrier(tensor, op)
+            return back(self._reduce(carrier, op, group))
+        wider = _WIDER.get(dtype)
+        if wider is None:
+            raise TypeError(
+                f"Horovod cannot reduce dtype {dtype}; convert the tensor to float32 or int64 "
+                "before all_reduce."
+            )
+        return self._reduce(tensor.to(wider), op, group).to(dtype)
+
+    def _reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
+        ps = self._set(group)
+        name = f"distbridge.allreduce.{ps.process_set_id}"
+        self._hvd.allreduce_(tensor, name=name, op=self._ops[op], process_set=ps)
+        return tensor
+
+    def _fold(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
+        """Reduce exactly by gathering every member's tensor and combining them here."""
+        work = tensor.view(_SIGNED.get(tensor.dtype, tensor.dtype))
+        rows = self._do_all_gather(work.reshape(1, -1), group)
+        out = rows[0]
+        for row in rows[1:]:
+            out = _FOLD[op](out, row)
+        return out.view(tensor.dtype).reshape(tensor.shape)
+
+    def _check_adasum(self, dtype: torch.dtype, group: Any) -> None:
+        if not (dtype.is_floating_point and dtype in _REDUCED | {torch.bfloat16}):
+            raise TypeError(
+                f"Reduction ADASUM needs a float or floating-point tensor, got {dtype}."
+            )
+        if group is not None and self._group_size(group) != self._layout.world_size:
+            raise NotImplementedError(
+                "all_reduce with op ADASUM cannot take a group: Horovod runs Adasum only on the "
+                "whole world. Drop group= or use op SUM."
+            )
+        size = self._layout.world_size
+        if size & (size - 1):
+            raise NotImplementedError(
+                f"all_reduce with op ADASUM needs a power-of-two world size, got {size}: Horovod "
+                "supports no other. Use op SUM or AVG."
+            )
+        if not self._hvd.mpi_enabled():
+            raise NotImplementedError(
+                "all_reduce with op ADASUM needs Horovod's MPI controller on CPU, and this job "
+                "runs on Gloo: start it with `horovodrun --mpi` (Horovod built with MPI), or use "
+                "op SUM or AVG."
+            )
+
+    @override
+    def _do_all_gather(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
+        ps = self._set(group)
+        ops = self._mpi_ops
+        name = f"distbridge.allgather.{ps.process_set_id}"
+        if tensor.dtype in _MOVED:
+            gathered: torch.Tensor = ops.synchronize(ops.allgather_async(tensor, name, ps))
+            return gathered
+        rows, row = tensor.shape[0], math.prod(tensor.shape[1:])
+        raw = tensor.reshape(rows, row).view(torch.uint8)  # rows may differ between ranks
+        out: torch.Tensor = ops.synchronize(ops.allgather_async(raw, name, ps))
+        return out.view(tensor.dtype).reshape(out.shape[0], *tensor.shape[1:])
+
+    @override
+    def _do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor:
+        ps = self._set(group)
+        work = tensor if tensor.dtype in _MOVED else tensor.reshape(-1).view(torch.uint8)
+        name = f"distbridge.broadcast.{ps.process_set_id}.{src}"
+        self._hvd.broadcast_(work, root_rank=src, name=name, process_set=ps)
+        return tensor
+
+    @override
+    def _do_barrier(self, group: Any) -> None:
+        self._hvd.barrier(process_set=self._set(group))
+
+    @override
+    def _make_group(self, ranks: tuple[int, ...], **kwargs: Any) -> Any:
+        if kwargs:
+            raise TypeError(
+                f"new_group() got unexpected keyword arguments {sorted(kwargs)}; Horovod "
+                "process sets take only ranks."
+            )
+        hvd = self._hvd
+        for set_id, members in self._mpi_ops._basics._get_process_set_ids_and_ranks().items():
+            if tuple(members) == ranks:  # made at hvd.init() or earlier: reuse it
+                if set_id == 0:
+                    return self._world_set
+                existing = hvd.ProcessSet(list(ranks))
+                existing.process_set_id = set_id
+                return existing
+        try:
+            return hvd.add_process_set(list(ranks))
+        except ValueError as err:
+            if _DYNAMIC_VAR not in str(err):
+                raise
+            raise NotImplementedError(
+                f"new_group({list(ranks)}) needs Horovod's dynamic process sets, and this job "
+                "called hvd.init() without them: call hvd.init(process_sets='dynamic') (as "
+                "distbridge.initialize('horovod') does), or create the set at init with "
+                f"hvd.init(process_sets=[hvd.ProcessSet({list(ranks)})])."
+            ) from err
+
+    @override
+    def _check_group(self, group: object) -> None:
+        if not isinstance(group, self._hvd.ProcessSet) or group.process_set_id is None:
+            raise TypeError(
+                "group must be None, a list of ranks or a horovod ProcessSet registered with "
+                f"Horovod (hvd.add_process_set or hvd.init(process_sets=...)), got {group!r}."
+            )
+
+    @override
+    def _group_size(self, group: Any) -> int:
+        return self._layout.world_size if group is None else len(group.ranks)
+
+    @override
+    def _group_rank(self, group: Any) -> int:
+        if group is None:
+            return self._layout.rank
+        members = group.ranks
+        return members.index(self._layout.rank) if self._layout.rank in members else -1
+
+    @override
+    def _group_members(self, group: Any) -> tuple[int, ...]:
+        if group is None:
+            return tuple(range(self._layout.world_size))
+        return tuple(group.ranks)

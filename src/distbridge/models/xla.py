@@ -1,0 +1,424 @@
+"""XlaModel: PyTorch/XLA (TPU pods and any PJRT device), backend ``"xla-tpu"``.
+
+torch_xla is imported inside methods only (``import distbridge`` neither pays its import
+time nor allocates its runtime); availability comes from ``importlib.util.find_spec`` and the
+installed versions, and an import that fails makes the backend unavailable, saying why. The
+layout comes from ``torch_xla.runtime``, once; one replica per process (threads are refused).
+
+Every value arrives exactly, whatever the device stores:
+
+- gathers and broadcasts move raw bytes: torch_xla 2.9's all_gather adds a float token to
+  the data (-0.0 becomes 0.0; after one NaN every later gather is NaN), and its
+  collective_broadcast multiplies by 0 (NaN * 0 is NaN);
+- a CPU tensor is reduced on the device in its own dtype only when a round trip through the
+  device returns it bit for bit (probed once per dtype): float64 on a TPU, int64 under
+  ``XLA_USE_32BIT_LONG`` or complex128 (whose imaginary part torch_xla 2.9 drops) are not;
+- what XLA cannot reduce (those dtypes; AND/OR on integers; float8; bfloat16 on the XLA CPU
+  device) is all-gathered and folded on the CPU in rank order: the same bits on every rank.
+
+Lines that only run with several replicas (the XLA CPU device cannot replicate) end with
+``# several replicas only``; their tests carry the ``xla_replicas`` marker.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import importlib.util
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+import torch.distributed as dist
+from typing_extensions import Self, override
+
+from distbridge._types import SpawnResult
+from distbridge.errors import BackendUnavailableError, DistributedError
+from distbridge.models import _carriers as carriers
+from distbridge.models._layout import Layout, LayoutQueries
+from distbridge.models.base import ComputationModel
+from distbridge.models.native import _default_pg
+
+__all__ = ["SPAWN_OPTIONS", "XlaGroup", "XlaModel"]
+
+BACKEND = "xla-tpu"
+SPAWN_OPTIONS = ("start_method", "job_timeout", "join", "nnodes", "node_rank")
+#: Set by xmp.spawn (and torch_xla's torchrun rendezvous) in every replica it configures.
+_SPAWN_MARKER = "PJRT_LOCAL_PROCESS_COUNT"
+_CPU = torch.device("cpu")
+_XM_OPS = {
+    "AVG": "sum",
+    "SUM": "sum",
+    "PRODUCT": "mul",
+    "MIN": "min",
+    "MAX": "max",
+    "AND": "and",
+    "OR": "or",
+}
+_IMPORT_FAILURE: dict[str, str] = {}  # filled once when importing torch_xla fails
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:2])  # "2.9.0+cu128": (2, 9)
+
+
+@functools.cache
+def _install_problem() -> str | None:
+    """Why torch_xla cannot run here, judged without importing it; None when it looks usable."""
+    try:
+        spec = importlib.util.find_spec("torch_xla")
+    except (ImportError, ValueError) as err:
+        return f"importlib cannot look up torch_xla ({type(err).__name__}: {err})"
+    if spec is None:
+        return "torch_xla is not installed; e.g. pip install torch==2.9.0 torch_xla==2.9.0"
+    site = Path(spec.origin).parent.parent if spec.origin else None  # _XLAC*.so lies beside it
+    if site is None or not any(site.glob("_XLAC*")):
+        return f"torch_xla at {spec.origin} lacks its _XLAC extension; reinstall torch_xla"
+    try:
+        version = importlib.metadata.version("torch_xla")
+    except importlib.metadata.PackageNotFoundError:
+        return None  # a source checkout: no release to compare
+    if _release(version) != _release(torch.__version__):
+        wanted = ".".join(map(str, _release(version)))
+        return (
+            f"torch_xla {version} needs torch {wanted}.*, but torch {torch.__version__} is "
+            f"installed; install a matching pair, e.g. pip install torch=={wanted}.0 "
+            f"torch_xla=={wanted}.0"
+        )
+    return None
+
+
+def _modules() -> tuple[Any, Any, Any]:
+    """``(torch_xla, torch_xla.core.xla_model, torch_xla.runtime)``, imported on first use."""
+    try:
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+        import torch_xla.runtime as xr
+    except Exception as err:  # a broken install fails in many ways (OSError, RuntimeError, ...)
+        reason = f"importing torch_xla failed ({type(err).__name__}: {err}); reinstall it"
+        _IMPORT_FAILURE.setdefault("reason", reason)
+        raise BackendUnavailableError(f"Backend {BACKEND!r} is not available: {reason}.") from err
+    return torch_xla, xm, xr
+
+
+def _on_xla(tensor: torch.Tensor) -> bool:
+    return tensor.is_xla  # type: ignore[attr-defined,no-any-return]  # missing from the stubs
+
+
+def _probe(dtype: torch.dtype) -> torch.Tensor:
+    """Values that lose bits on a device that stores ``dtype`` in a narrower type."""
+    if dtype.is_complex:
+        real = _probe(getattr(torch, torch.finfo(dtype).dtype))  # finfo names the part's dtype
+        return torch.complex(real, -real)
+    if dtype is torch.bool:
+        return torch.tensor([True, False])
+    info: Any = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
+    extra = [info.tiny, 1 + info.eps, -0.0] if dtype.is_floating_point else [1]
+    return torch.tensor([info.max, info.min, *extra], dtype=dtype)
+
+
+def _round_trips(dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether a CPU tensor of ``dtype`` comes back from ``device`` bit for bit."""
+    try:
+        sent = _probe(dtype)
+        back = sent.to(device).cpu()
+    except (RuntimeError, TypeError, ValueError, NotImplementedError):
+        return False  # the device cannot hold the dtype at all (e.g. complex32)
+    return back.dtype == dtype and torch.equal(carriers.as_bytes(back), carriers.as_bytes(sent))
+
+
+_STEPS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "AVG": torch.add,
+    "SUM": torch.add,
+    "PRODUCT": torch.mul,
+    "MIN": torch.minimum,
+    "MAX": torch.maximum,
+    "AND": torch.bitwise_and,
+    "OR": torch.bitwise_or,
+}
+
+
+def _fold(rows: torch.Tensor, op: str) -> torch.Tensor:
+    """Reduce the gathered ``rows`` (one per rank) with ``op``, in rank order."""
+    dtype = rows.dtype
+    back: Callable[[torch.Tensor], torch.Tensor] | None = None
+    if dtype in carriers.UNCARRIED_BY_C10D:  # no CPU add / minimum for uint16-64: widen or view
+        rows, back = carriers.reduce_carrier(rows, op)
+    elif (dtype.itemsize == 1 and dtype.is_floating_point) or dtype is torch.complex32:
+        wide = torch.complex64 if dtype.is_complex else torch.float32  # no CPU arithmetic
+        rows, back = rows.to(wide), lambda out: out.to(dtype)
+    out = rows[0]
+    for row in rows[1:]:
+        out = _STEPS[op](out, row)
+    if op == "AVG":
+        out = out / len(rows)
+    return out if back is None else back(out)
+
+
+@dataclass(frozen=True)
+class XlaGroup:
+    """A group of global replica ordinals, as ``distbridge.new_group`` returns it."""
+
+    ranks: tuple[int, ...]
+
+
+class XlaModel(LayoutQueries, ComputationModel):
+    """PyTorch/XLA replicas (``xmp.spawn``, torchrun with the ``xla`` process group)."""
+
+    name: ClassVar[str] = "xla-dist"
+    context_module: ClassVar[str | None] = "torch_xla"  # no context before its import
+    backends: ClassVar[tuple[str, ...]] = (BACKEND,)
+    priority: ClassVar[int] = 10  # an ``xla`` torch.distributed group is XLA's, not native's
+    spawn_options: ClassVar[tuple[str, ...]] = SPAWN_OPTIONS
+    #: This process called finalize() inside an xmp.spawn replica, whose runtime cannot be torn
+    #: down; until initialize() runs again, the replica is not adopted again.
+    _left: ClassVar[bool] = False
+
+    def __init__(self, pg: Any = None) -> None:
+        super().__init__()
+        torch_xla, self._xm, xr = _modules()
+        self._sync = torch_xla.sync
+        if xr.addressable_device_count() > 1:
+            raise DistributedError(
+                f"This process drives {xr.addressable_device_count()} XLA devices in threads "
+                "(TPU v2/v3 or CPU_NUM_DEVICES > 1), but distbridge runs one replica per "
+                "process; use a host with one device per process, or set CPU_NUM_DEVICES=1."
+            )
+        self._device: torch.device = torch_xla.device()
+        self._hw: str = self._xm.xla_device_hw(self._device)
+        world, nproc = xr.world_size(), xr.local_device_count()
+        self._layout = Layout(
+            rank=xr.global_ordinal(),
+            world_size=world,
+            local_rank=xr.local_ordinal(),
+            nproc_per_node=nproc,
+            nnodes=max(1, world // nproc),
+            node_rank=xr.host_index(),
+        )
+        self._pg = pg
+        self._live = True
+        self._exact: dict[torch.dtype, bool] = {}
+
+    # ---- class level -----------------------------------------------------------------------
+
+    @classmethod
+    @override
+    def is_available(cls) -> bool:
+        return _install_problem() is None and not _IMPORT_FAILURE
+
+    @classmethod
+    @override
+    def unavailable_reason(cls, backend: str) -> str | None:
+        if backend not in cls.backends:
+            return f"{cls.__name__} runs only {', '.join(cls.backends)}"
+        return _install_problem() or _IMPORT_FAILURE.get("reason")
+
+    @classmethod
+    @override
+    def has_context(cls) -> bool:
+        if "torch_xla" not in sys.modules:  # no import, no XLA context: the hot path stops here
+            return False
+        pg = _default_pg()
+        if pg is not None:
+            return str(dist.get_backend(pg)).lower() == "xla"
+        return not cls._left and _SPAWN_MARKER in os.environ
+
+    @classmethod
+    @override
+    def from_context(cls) -> Self | None:
+        return cls(_default_pg()) if cls.has_context() else None
+
+    @classmethod
+    @override
+    def from_backend(cls, backend: str, **kwargs: Any) -> Self:
+        if kwargs:
+            raise TypeError(
+                f"initialize({backend!r}) got unexpected keyword arguments {sorted(kwargs)}; "
+                "the XLA backend takes none (the runtime knows the replicas)."
+            )
+        reason = cls.unavailable_reason(backend)
+        if reason is not None:
+            raise BackendUnavailableError(f"Backend {backend!r} is not available: {reason}.")
+        _, xm, _ = _modules()
+        if dist.is_initialized():
+            raise DistributedError(
+                f"torch.distributed is already initialized (backend {dist.get_backend()!r}); "
+                f"call distbridge.finalize() before initialize({backend!r})."
+            )
+        pg = None
+        if dist.is_torchelastic_launched():  # torchrun: torch_xla's own rendezvous sets PJRT up
+            from torch_xla.distributed import xla_backend  # noqa: F401  (registers "xla")
+
+            dist.init_process_group("xla", init_method="xla://")
+            pg = _default_pg()
+        try:
+            model = cls(pg)
+        except BaseException:
+            if pg is not None:
+                dist.destroy_process_group()
+            raise
+        cls._left = False
+        xm.rendezvous("distbridge.initialize")
+        return model
+
+    @classmethod
+    @override
+    def spawn(
+        cls,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs_dict: Mapping[str, Any],
+        nproc_per_node: int,
+        **kwargs: Any,
+    ) -> SpawnResult:
+        unknown = sorted(set(kwargs) - {"backend", *SPAWN_OPTIONS})
+        if unknown:
+            raise TypeError(
+                f"spawn() got unexpected keyword arguments {unknown}; the XLA backend takes "
+                f"{', '.join(SPAWN_OPTIONS)}."
+            )
+        from distbridge.launch.xla import spawn_xla  # the registry checked availability
+
+        return spawn_xla(fn, args, kwargs_dict, nproc_per_node, **kwargs)
+
+    # ---- queries -----------------------------------------------------------------------------
+
+    @override
+    def is_current(self) -> bool:
+        return self._live and _default_pg() is self._pg
+
+    @override
+    def backend(self) -> str | None:
+        return BACKEND
+
+    @override
+    def device(self) -> torch.device:
+        return self._device
+
+    @override
+    def set_local_rank(self, index: int) -> None:
+        pass  # the XLA runtime knows each replica's local ordinal; a hint cannot improve on it
+
+    @override
+    def finalize(self) -> None:
+        if self._live and self._pg is not None and _default_pg() is self._pg:
+            dist.destroy_process_group()
+        self._live = False
+        type(self)._left = True
+        self._groups.clear()
+
+    # ---- primitives --------------------------------------------------------------------------
+
+    @override
+    def _collective_device(self) -> torch.device:
+        return _CPU  # numbers, strings and headers travel as bytes: see _do_broadcast
+
+    @override
+    def _native_avg(self) -> bool:
+        return True  # _do_all_reduce averages itself, so float8 averages in float32
+
+    @override
+    def _placement(self, tensor: torch.Tensor) -> torch.device:
+        return self._device if _on_xla(tensor) else _CPU  # primitives move the rest
+
+    def _holds(self, dtype: torch.dtype) -> bool:  # does the device store dtype exactly?
+        known = self._exact.get(dtype)
+        if known is None:
+            known = self._exact[dtype] = _round_trips(dtype, self._device)
+        return known
+
+    def _reduces(self, dtype: torch.dtype, op: str) -> bool:  # can XLA's all-reduce do it?
+        if op in ("AND", "OR") and dtype is not torch.bool:
+            return False  # XLA reduces predicates with and/or, not integer bits
+        if dtype.is_floating_point and dtype.itemsize == 1:
+            return False  # float8
+        return not (dtype is torch.bfloat16 and self._hw == "CPU")  # "not supported" there
+
+    def _cpu(self, tensor: torch.Tensor) -> torch.Tensor:
+        # Run the pending graph first, as xm.rendezvous does: XLA chains collectives through
+        # a token, and a graph that still holds the earlier ones would grow (and recompile)
+        # with every call. Results for the CPU are computed now anyway.
+        self._sync()
+        return tensor.cpu()
+
+    def _replica_groups(self, group: Any) -> list[list[int]] | None:
+        return None if group is None else [list(group.ranks)]
+
+    @override
+    def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
+        on_xla = tensor.is_xla  # type: ignore[attr-defined]  # (missing from the stubs)
+        if self._reduces(tensor.dtype, op) and (on_xla or self._holds(tensor.dtype)):
+            work = tensor if on_xla else tensor.to(self._device)
+            groups = None if group is None else [list(group.ranks)]
+            self._xm.all_reduce(_XM_OPS[op], [work], groups=groups)
+            if op == "AVG":
+                work.div_(self._group_size(group))
+            return work if on_xla else self._cpu(work)
+        # Gather and fold on the CPU, in rank order: exact, and the same bits on every rank.
+        rows = self._do_all_gather(self._cpu(tensor.unsqueeze(0)), group)
+        return _fold(rows, op).to(tensor.device)
+
+    @override
+    def _do_all_gather(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
+        groups = self._replica_groups(group)
+        data = carriers.as_bytes(tensor).to(self._device)  # raw bytes: see the module docstring
+        raw = self._xm.all_gather(data, dim=0, groups=groups, pin_layout=False)
+        raw = raw if _on_xla(tensor) else self._cpu(raw)
+        rows = self._group_size(group) * tensor.shape[0]
+        return carriers.from_bytes(raw, tensor.dtype, (rows, *tensor.shape[1:]))
+
+    @override
+    def _do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor:
+        # Every rank runs the same graph: its bytes times 1 (the source) or 0, summed.
+        data = carriers.as_bytes(tensor).to(self._device)
+        keep = torch.full((1,), int(self._layout.rank == src), dtype=torch.uint8)
+        summed = [data * keep.to(self._device)]
+        self._xm.all_reduce("sum", summed, groups=self._replica_groups(group))
+        raw = summed[0] if _on_xla(tensor) else self._cpu(summed[0])
+        return carriers.from_bytes(raw, tensor.dtype, tuple(tensor.shape))
+
+    @override
+    def _do_barrier(self, group: Any) -> None:
+        if group is None or len(group.ranks) == self._layout.world_size:
+            self._xm.rendezvous("distbridge.barrier")
+            return
+        # xm.rendezvous takes only the whole world: a sub-group waits on a tiny all-reduce.
+        groups = self._replica_groups(group)  # several replicas only
+        token = [torch.zeros(1, dtype=torch.uint8, device=self._device)]  # several replicas only
+        self._xm.all_reduce("sum", token, groups=groups)  # several replicas only
+        self._cpu(token[0])  # several replicas only
+
+    @override
+    def _make_group(self, ranks: tuple[int, ...], **kwargs: Any) -> Any:
+        if kwargs:
+            raise TypeError(
+                f"new_group() got unexpected keyword arguments {sorted(kwargs)}; the XLA "
+                "backend takes only the ranks."
+            )
+        return XlaGroup(ranks)
+
+    @override
+    def _check_group(self, group: object) -> None:
+        if not isinstance(group, XlaGroup):
+            raise TypeError(
+                "group must be None, a list of ranks or a group from distbridge.new_group(), "
+                f"got {group!r}."
+            )
+
+    @override
+    def _group_size(self, group: Any) -> int:
+        return self._layout.world_size if group is None else len(group.ranks)
+
+    @override
+    def _group_rank(self, group: Any) -> int:
+        rank, ranks = self._layout.rank, self._group_members(group)
+        return ranks.index(rank) if rank in ranks else -1
+
+    @override
+    def _group_members(self, group: Any) -> tuple[int, ...]:
+        return tuple(range(self._layout.world_size)) if group is None else tuple(group.ranks)
