@@ -151,7 +151,7 @@ def auto_dataloader(dataset: Dataset[Any], **kwargs: Any) -> DataLoader[Any] | A
     if _api.device().type == "cuda":
         kwargs.setdefault("pin_memory", True)
     loader: DataLoader[Any] = DataLoader(dataset, **kwargs)
-    if _api.model_name() == "xla-dist" and world > 1:
+    if _api.model_name() == "xla-dist":  # batches go to the XLA device, as the model does
         import torch_xla.distributed.parallel_loader as pl
 
         return pl.MpDeviceLoader(loader, _api.device())

@@ -99,31 +99,15 @@ def test_two_nodes_on_localhost() -> None:
         assert {r["sum"] for r in results} == {10}
 
 
-def test_initialize_under_torchrun() -> None:
+def test_initialize_under_torchrun(tmp_path: Path) -> None:
     torchrun = [sys.executable, "-m", "torch.distributed.run"]
     proc = subprocess.run(
-        [
-            *torchrun,
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            str(REPO / "tests/distributed/torchrun_script.py"),
-        ],
-        cwd=REPO,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=100,
-    )
+        [*torchrun, "--standalone", "--nproc-per-node", "2",
+         str(REPO / "tests/distributed/torchrun_script.py"), str(tmp_path)],
+        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=100,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    infos = sorted(
-        (
-            json.loads(line.split("RESULT ", 1)[1])
-            for line in proc.stdout.splitlines()
-            if "RESULT " in line
-        ),
-        key=lambda i: i["rank"],
-    )
+    infos = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [i["rank"] for i in infos] == [0, 1]
     assert [i["local_rank"] for i in infos] == [0, 1]
     assert {i["nproc_per_node"] for i in infos} == {2}

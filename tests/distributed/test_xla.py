@@ -53,16 +53,6 @@ SETUPS = {
     "real-collectives": {"XLA_ALWAYS_ALLREDUCE": "1"},
     "narrow-device": {"XLA_USE_32BIT_LONG": "1", "XLA_USE_BF16": "1"},
 }
-#: A generic check that fails for a reason outside the XLA model: (text of the failure, why).
-#: It xfails only when that is the failure; any other failure fails.
-KNOWN = {
-    "check_auto_training": (
-        "Expected XLA tensor. Got: torch.FloatTensor",
-        "auto_dataloader wraps the loader in MpDeviceLoader only when world_size > 1, so in a "
-        "world of one the batches stay on the CPU while auto_model put the model on the XLA "
-        "device (distbridge/auto.py, not the XLA model)",
-    ),
-}
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -73,13 +63,9 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _judge(name: str, outcome: str) -> None:
-    """Pass on "ok", xfail on a known failure, fail otherwise."""
-    if outcome == "ok":
-        return
-    text, why = KNOWN.get(name, (None, ""))
-    if text is not None and text in outcome:
-        pytest.xfail(why)
-    pytest.fail(outcome, pytrace=False)
+    """Pass on "ok", fail with the ranks' tracebacks otherwise."""
+    if outcome != "ok":
+        pytest.fail(f"{name}: {outcome}", pytrace=False)
 
 
 # ---- the checks through idist.spawn("xla-tpu", ...) ------------------------------------------
@@ -151,8 +137,7 @@ def test_checks_in_a_context(scenario: str, tmp_path: Path) -> None:
     assert sorted(results) == sorted(names)
     failed = {}
     for name in names:
-        text, _ = KNOWN.get(name, (None, ""))
-        if results[name] != "ok" and not (text and text in results[name]):
+        if results[name] != "ok":
             failed[name] = results[name]
     assert not failed, "\n".join(f"--- {n} ---\n{tb}" for n, tb in failed.items())
 
@@ -265,7 +250,7 @@ def test_checks_with_several_replicas(tmp_path: Path) -> None:
         (rank, name): outcome
         for rank, results in enumerate(per_rank)
         for name, outcome in results.items()
-        if outcome != "ok" and not (name in KNOWN and KNOWN[name][0] in outcome)
+        if outcome != "ok"
     }
     assert not failed, "\n".join(f"--- rank {r}: {n} ---\n{tb}" for (r, n), tb in failed.items())
 

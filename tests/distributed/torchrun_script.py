@@ -1,4 +1,5 @@
-"""Run under torchrun: initialize from torchrun's environment, report the layout as JSON."""
+"""Run under torchrun: initialize from torchrun's environment, write each rank's layout as JSON
+into the folder given as the first argument."""
 
 import json
 import sys
@@ -17,5 +18,7 @@ info = {
     "sum": idist.all_reduce(idist.get_rank() + 1),
 }
 idist.finalize()
-print("RESULT " + json.dumps(info), flush=True)
+# One file per rank: the ranks share torchrun's stdout, where lines can interleave.
+with open(f"{sys.argv[1]}/rank{info['rank']}.json", "w") as out:
+    json.dump(info, out)
 sys.exit(0)
