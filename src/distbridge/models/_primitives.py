@@ -93,6 +93,16 @@ class BackendPrimitives(ABC):
     ) -> SpawnResult:
         """Start ``nproc_per_node`` workers running ``fn(local_rank, *args, **kwargs_dict)``."""
 
+    @classmethod
+    def _check_spawn_options(cls, options: Mapping[str, Any]) -> None:
+        """TypeError naming every keyword of ``spawn`` this model does not take."""
+        unknown = sorted(set(options) - {"backend", *cls.spawn_options})
+        if unknown:
+            raise TypeError(
+                f"spawn() got unexpected keyword arguments {unknown}; the {cls.name} model "
+                f"takes {', '.join(cls.spawn_options) or 'none'}."
+            )
+
     # ---- instance: where am I --------------------------------------------------------------
 
     @abstractmethod

@@ -174,12 +174,7 @@ class HorovodModel(ComputationModel):
         nproc_per_node: int,
         **kwargs: Any,
     ) -> SpawnResult:
-        unknown = sorted(set(kwargs) - {"backend", *SPAWN_OPTIONS})
-        if unknown:
-            raise TypeError(
-                f"spawn() got unexpected keyword arguments {unknown}; the horovod backend "
-                f"takes {', '.join(SPAWN_OPTIONS)}."
-            )
+        cls._check_spawn_options(kwargs)
         kwargs.pop("backend", None)
         reason = unavailable()
         if reason is not None:

@@ -214,12 +214,7 @@ class NativeModel(LayoutQueries, ComputationModel):
         nproc_per_node: int,
         **kwargs: Any,
     ) -> SpawnResult:
-        unknown = sorted(set(kwargs) - {"backend", *SPAWN_OPTIONS})
-        if unknown:
-            raise TypeError(
-                f"spawn() got unexpected keyword arguments {unknown}; the native backends take "
-                f"{', '.join(SPAWN_OPTIONS)}."
-            )
+        cls._check_spawn_options(kwargs)
         from distbridge.launch.native import spawn_native
 
         return spawn_native(fn, args, kwargs_dict, nproc_per_node, **kwargs)

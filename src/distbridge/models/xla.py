@@ -276,12 +276,7 @@ class XlaModel(LayoutQueries, ComputationModel):
         nproc_per_node: int,
         **kwargs: Any,
     ) -> SpawnResult:
-        unknown = sorted(set(kwargs) - {"backend", *SPAWN_OPTIONS})
-        if unknown:
-            raise TypeError(
-                f"spawn() got unexpected keyword arguments {unknown}; the XLA backend takes "
-                f"{', '.join(SPAWN_OPTIONS)}."
-            )
+        cls._check_spawn_options(kwargs)
         from distbridge.launch.xla import spawn_xla  # the registry checked availability
 
         return spawn_xla(fn, args, kwargs_dict, nproc_per_node, **kwargs)
