@@ -39,17 +39,27 @@ class ComputationModel(BackendPrimitives):
 
     def __init__(self) -> None:
         self._groups = GroupCache(self)
+        # (op as given, dtype, device, layout) -> canonical op, for world all-reduces that
+        # need no conversion: see ``_remember_fast_reduce``.
+        self._fast_reduce: dict[tuple[str, torch.dtype, torch.device, torch.layout], str] = {}
 
     # ---- public collectives ------------------------------------------------------------------
 
     def all_reduce(self, x: Any, op: str = "SUM", group: Group | None = None) -> Any:
         """Reduce ``x`` across ranks; see ``distbridge.all_reduce``."""
+        if group is None and type(op) is str and isinstance(x, torch.Tensor):
+            # Fast path: this op, dtype, device and layout passed every check before.
+            fast = self._fast_reduce.get((op, x.dtype, x.device, x.layout))
+            if fast is not None and x.is_contiguous():
+                return write_back(x, self._do_all_reduce(x, fast, None))
         name = codec.canonical_op(op, self.reduce_ops, self.name)
         if isinstance(x, torch.Tensor):
             check_reducible(x, name)
             resolved = self._groups.resolve(group)
             if resolved is NOT_A_MEMBER:
                 return x
+            if resolved is None and type(op) is str:
+                self._remember_fast_reduce(x, op, name)
             return self._reduce_tensor(x, name, resolved)
         kind = codec.kind_of(x)
         if kind not in codec.NUMBER_KINDS:
@@ -64,8 +74,8 @@ class ComputationModel(BackendPrimitives):
             return x
         dtype = torch.float64 if kind == codec.KIND_FLOAT or name == "AVG" else torch.int64
         value = float(x) if dtype is torch.float64 else codec.encode_number(x, kind)
-        tensor = torch.tensor([value], dtype=dtype, device=self._collective_device())
-        result = self._reduce_tensor(tensor, name, resolved).item()
+        tensor = torch.tensor([value], dtype=dtype, device=self._number_device(dtype))
+        result = self._number_value(self._reduce_tensor(tensor, name, resolved))
         if name == "AVG" or kind == codec.KIND_FLOAT:
             return float(result)
         if kind == codec.KIND_BOOL and name in ("AND", "OR", "MIN", "MAX"):
@@ -235,6 +245,17 @@ class ComputationModel(BackendPrimitives):
         else:
             out = self._do_all_reduce(work, op, group)
         return write_back(x, out if back is None else back(out))
+
+    def _remember_fast_reduce(self, x: torch.Tensor, op: str, name: str) -> None:
+        """Let later world all-reduces of tensors like ``x`` skip the checks ``x`` passed, when
+        ``_reduce_tensor`` would hand ``x`` to ``_do_all_reduce`` unchanged anyway."""
+        direct = (
+            self._placement(x) == x.device
+            and x.dtype not in self.uncarried_dtypes
+            and (name != "AVG" or self._native_avg())
+        )
+        if direct:
+            self._fast_reduce[(op, x.dtype, x.device, x.layout)] = name
 
     def _check_root(self, name: str, root: object, group: Any) -> None:
         """Validate a source / destination global rank (``src``, ``dst``) for ``group``."""

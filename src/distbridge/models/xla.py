@@ -203,6 +203,7 @@ class XlaModel(LayoutQueries, ComputationModel):
         self._pg = pg
         self._live = True
         self._exact: dict[torch.dtype, bool] = {}
+        self._reducible: dict[tuple[torch.dtype, str], bool] = {}
 
     # ---- class level -----------------------------------------------------------------------
 
@@ -314,6 +315,16 @@ class XlaModel(LayoutQueries, ComputationModel):
         return _CPU  # numbers, strings and headers travel as bytes: see _do_broadcast
 
     @override
+    def _number_device(self, dtype: torch.dtype) -> torch.device:
+        return self._device if self._holds(dtype) else _CPU  # one transfer less
+
+    @override
+    def _number_value(self, tensor: torch.Tensor) -> Any:
+        if _on_xla(tensor):
+            self._sync()  # end the graph first: see _cpu
+        return tensor.item()
+
+    @override
     def _native_avg(self) -> bool:
         return True  # _do_all_reduce averages itself, so float8 averages in float32
 
@@ -328,6 +339,12 @@ class XlaModel(LayoutQueries, ComputationModel):
         return known
 
     def _reduces(self, dtype: torch.dtype, op: str) -> bool:  # can XLA's all-reduce do it?
+        known = self._reducible.get((dtype, op))
+        if known is None:
+            known = self._reducible[(dtype, op)] = self._xla_reduces(dtype, op)
+        return known
+
+    def _xla_reduces(self, dtype: torch.dtype, op: str) -> bool:
         if op in ("AND", "OR") and dtype is not torch.bool:
             return False  # XLA reduces predicates with and/or, not integer bits
         if dtype.is_floating_point and dtype.itemsize == 1:
