@@ -72,7 +72,7 @@ def bench(session: nox.Session) -> None:
 @nox.session
 def examples(session: nox.Session) -> None:
     """Run every example (two gloo processes), under spawn and torchrun, and a resumed run."""
-    session.install(*CONSTRAINTS, "-e", ".")
+    session.install(*CONSTRAINTS, "-e", ".[examples]")
     checkpoint = f"{session.create_tmp()}/train_mlp.pt"
     torchrun = ("python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2")
     session.run("python", "examples/quickstart.py", "--nproc", "2")
@@ -113,4 +113,11 @@ def horovod(session: nox.Session) -> None:
     session.run("bash", "ci/build_horovod.sh", f"{session.bin}/python", external=True)
     session.install(*CONSTRAINTS, "-e", ".[test]")
     session.run("python", "-m", "pytest", "tests/distributed/test_horovod.py", *session.posargs)
+    # The training example under the real horovodrun (Gloo controller, 2 local processes).
+    checkpoint = f"{session.create_tmp()}/train_mlp_horovod.pt"
+    example = ("python", "examples/train_mlp.py", "--launcher", "horovodrun", "--epochs", "2")
+    session.run(
+        "horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", *example,
+        "--checkpoint", checkpoint,
+    )  # fmt: skip
     session.run("python", "bench/bench_horovod.py")

@@ -122,7 +122,7 @@ def training(local_rank: int, config: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
         batches = loader
         if main and tqdm is not None:
-            batches = tqdm(loader, desc=f"epoch {epoch}", leave=False)
+            batches = tqdm(loader, desc=f"epoch {epoch} (rank {rank})", leave=False)
         totals = {"loss": 0.0, "correct": 0, "samples": 0}
         for x, y in batches:
             x, y = x.to(device), y.to(device)

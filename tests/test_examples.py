@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -17,8 +18,9 @@ EXAMPLES = REPO / "examples"
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2")
 
 
-def run(*command: str | Path, timeout: float = 120) -> str:
-    """Run ``command`` from the repository root; its stdout, or a failure showing its output."""
+def run(*command: str | Path, timeout: float = 120, stderr: bool = False) -> str:
+    """Run ``command`` from the repository root; its stdout (then its stderr, with ``stderr``),
+    or a failure showing its output."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
@@ -35,7 +37,7 @@ def run(*command: str | Path, timeout: float = 120) -> str:
             f"{' '.join(map(str, command))} exited {proc.returncode}\n"
             f"--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-5000:]}"
         )
-    return proc.stdout
+    return proc.stdout + proc.stderr if stderr else proc.stdout
 
 
 def epoch_losses(stdout: str) -> dict[int, float]:
@@ -53,8 +55,11 @@ def test_quickstart() -> None:
 def test_train_mlp_checkpoint_resume_and_torchrun(tmp_path: Path) -> None:
     script = EXAMPLES / "train_mlp.py"
     checkpoint = tmp_path / "mlp.pt"
-    first = run(sys.executable, script, "--epochs", "2", "--checkpoint", checkpoint)
+    first = run(sys.executable, script, "--epochs", "2", "--checkpoint", checkpoint, stderr=True)
     assert "native-dist backend=gloo world=2" in first
+    if importlib.util.find_spec("tqdm") is not None:  # the [test] extra installs it
+        assert "epoch 1 (rank 0)" in first  # tqdm's bar, on stderr
+        assert "(rank 1)" not in first  # rank 0 only
     assert sorted(epoch_losses(first)) == [1, 2]
     assert checkpoint.exists()
 
