@@ -4,8 +4,10 @@ Two parts, each timed in the same gloo processes as its baseline (calls interlea
 one, medians; the helpers come from ``bench_core``):
 
 1. Native ops: each facade call against the torch.distributed op it delegates to. distbridge's
-   gather, scatter and all_to_all first exchange shapes (one small collective); the
-   ``shape exchange`` rows time that alone, so the gap can be read off.
+   gather, scatter and all_to_all first exchange shapes (one small collective) unless told
+   ``same_shape=True``; the judged gather and all_to_all rows use ``same_shape=True``, the
+   plain rows (reported, not judged) pay for the exchange, and the ``shape exchange`` rows
+   time that alone, so the gap can be read off. torch's own ops need the shapes known.
 2. Emulated ops: the base class's default emulations (what a backend without the op gets),
    forced on gloo, against the fastest hand-written emulation that does not use the native
    op (point-to-point sends and receives).
@@ -320,6 +322,9 @@ def check_results(me: int, world: int, emulated: bool) -> None:
     _same("scatter", idist.scatter(mine, src=SRC), raw_scatter(mine, numel))
     _same("reduce_scatter", idist.reduce_scatter(x), raw_reduce_scatter(x, world))
     _same("all_to_all", torch.cat(idist.all_to_all(list(x.chunk(world)))), raw_all_to_all(x))
+    _same("gather same_shape", idist.gather(x, dst=DST, same_shape=True), raw_gather(x, me, world))
+    same = idist.all_to_all(list(x.chunk(world)), same_shape=True)
+    _same("all_to_all same_shape", torch.cat(same), raw_all_to_all(x))
 
 
 Case = tuple[str, Callable[[], object], Callable[[], object], float | None]
@@ -376,11 +381,12 @@ def native_cases(size: int, me: int, world: int, small: bool) -> list[Case]:
     cases: list[Case] = [
         ("reduce", lambda: idist.reduce(x, dst=DST), lambda: raw_reduce(x, me), TARGET_NATIVE),
         (
-            "gather",
-            lambda: idist.gather(x, dst=DST),
+            "gather same_shape",
+            lambda: idist.gather(x, dst=DST, same_shape=True),
             lambda: raw_gather(x, me, world),
             TARGET_NATIVE,
         ),
+        ("gather", lambda: idist.gather(x, dst=DST), lambda: raw_gather(x, me, world), None),
         (
             "scatter",
             lambda: idist.scatter(chunks, src=SRC),
@@ -393,7 +399,13 @@ def native_cases(size: int, me: int, world: int, small: bool) -> list[Case]:
             lambda: raw_reduce_scatter(x, world),
             TARGET_NATIVE,
         ),
-        ("all_to_all", lambda: idist.all_to_all(parts), lambda: raw_all_to_all(x), TARGET_NATIVE),
+        (
+            "all_to_all same_shape",
+            lambda: idist.all_to_all(parts, same_shape=True),
+            lambda: raw_all_to_all(x),
+            TARGET_NATIVE,
+        ),
+        ("all_to_all", lambda: idist.all_to_all(parts), lambda: raw_all_to_all(x), None),
     ]
     if small:
         cases += [

@@ -216,12 +216,18 @@ def reduce(tensor: Any, dst: int = 0, op: str = "SUM", group: Group | None = Non
     return current().reduce(tensor, dst, op, group)
 
 
-def gather(tensor: Any, dst: int = 0, group: Group | None = None) -> list[Any]:
+def gather(
+    tensor: Any, dst: int = 0, group: Group | None = None, *, same_shape: bool = False
+) -> list[Any]:
     """Collect every rank's ``tensor`` on global rank ``dst``.
 
     Tensors may have different shapes on different ranks (same dtype and number of
-    dimensions); nobody needs to know them in advance. Numbers, str, Path and other
-    picklable values come back with their sender's exact type.
+    dimensions); nobody needs to know them in advance: the ranks first exchange their
+    shapes in one small collective. When every rank passes the same shape and dtype, say
+    so with ``same_shape=True`` to skip that exchange (as fast as ``torch.distributed.gather``;
+    a rank that breaks the promise gets a backend error, or `CollectiveMismatch` in debug
+    mode). Numbers, str, Path and other picklable values come back with their sender's exact
+    type.
 
     Returns:
         On ``dst``, a list with one entry per group member, in rank order; ``[]`` elsewhere.
@@ -233,7 +239,7 @@ def gather(tensor: Any, dst: int = 0, group: Group | None = None) -> list[Any]:
         >>> idist.gather(torch.arange(idist.get_rank() + 1), dst=0)
         [tensor([0]), tensor([0, 1])]   # on rank 0 of 2; [] on rank 1
     """
-    return current().gather(tensor, dst, group)
+    return current().gather(tensor, dst, group, same_shape)
 
 
 def scatter(
@@ -282,11 +288,15 @@ def reduce_scatter(
     return current().reduce_scatter(tensor, op, group)  # type: ignore[no-any-return]
 
 
-def all_to_all(tensors: Sequence[torch.Tensor], group: Group | None = None) -> list[torch.Tensor]:
+def all_to_all(
+    tensors: Sequence[torch.Tensor], group: Group | None = None, *, same_shape: bool = False
+) -> list[torch.Tensor]:
     """Send ``tensors[j]`` to group rank j and receive one tensor from every group rank.
 
     Sizes may be uneven: each tensor may have its own shape (same dtype and number of
-    dimensions everywhere), and receivers learn the shapes on the way.
+    dimensions everywhere), and receivers learn the shapes on the way (one small collective
+    first). With ``same_shape=True`` every tensor on every rank has one shape and dtype, and
+    that exchange is skipped (as fast as ``torch.distributed.all_to_all_single``).
 
     Returns:
         A list whose entry j is what group rank j sent to this rank.
@@ -298,4 +308,4 @@ def all_to_all(tensors: Sequence[torch.Tensor], group: Group | None = None) -> l
         >>> idist.all_to_all([torch.tensor([r * 10 + idist.get_rank()]) for r in range(2)])
         [tensor([0]), tensor([1])]   # on rank 0 of 2; [tensor([10]), tensor([11])] on rank 1
     """
-    return current().all_to_all(tensors, group)
+    return current().all_to_all(tensors, group, same_shape)

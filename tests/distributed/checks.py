@@ -23,6 +23,16 @@ def _ranks() -> tuple[int, int]:
     return idist.get_rank(), idist.get_world_size()
 
 
+def _raises(kind: type[Exception], text: str, fn: Any, *args: Any, **kwargs: Any) -> None:
+    """Assert that ``fn(*args, **kwargs)`` raises ``kind`` with ``text`` in its message."""
+    try:
+        fn(*args, **kwargs)
+    except kind as err:
+        assert text in str(err), (text, str(err))
+    else:
+        raise AssertionError(f"{fn.__name__} did not raise {kind.__name__} ({text!r})")
+
+
 def check_queries(tmp: Path) -> None:
     rank, world = _ranks()
     assert 0 <= rank < world
@@ -384,6 +394,32 @@ def check_all_to_all_uneven(tmp: Path) -> None:
     wide = idist.all_to_all([torch.tensor([rank, j], dtype=torch.uint32) for j in range(world)])
     assert [w.tolist() for w in wide] == [[j, rank] for j in range(world)]
     assert all(w.dtype == torch.uint32 for w in wide)
+
+
+def check_same_shape_gather_and_all_to_all(tmp: Path) -> None:
+    rank, world = _ranks()
+    parts = idist.gather(torch.full((2, 3), rank), dst=world - 1, same_shape=True)
+    if rank == world - 1:
+        assert [p.shape for p in parts] == [(2, 3)] * world
+        assert [p.unique().tolist() for p in parts] == [[r] for r in range(world)]
+    else:
+        assert parts == []
+    wide = idist.gather(torch.tensor([rank], dtype=torch.uint16), dst=0, same_shape=True)
+    assert [w.tolist() for w in wide] == ([[r] for r in range(world)] if rank == 0 else [])
+    got = idist.all_to_all([torch.tensor([rank, j]) for j in range(world)], same_shape=True)
+    assert [g.tolist() for g in got] == [[j, rank] for j in range(world)]
+    members = [0, world - 1] if world > 1 else [0]
+    in_group = idist.all_to_all(
+        [torch.tensor([float(rank)]) for _ in members], group=members, same_shape=True
+    )
+    if rank in members:
+        assert [g.item() for g in in_group] == [float(r) for r in members]
+    mixed = [torch.zeros(1), torch.zeros(2)] + [torch.zeros(1)] * (world - 2)
+    if world > 1:  # a local check, before anything is sent
+        _raises(ValueError, "one dtype and shape", idist.all_to_all, mixed, same_shape=True)
+    _raises(TypeError, "same_shape must be True or False", idist.gather, torch.ones(1), 0,
+            same_shape=1)  # fmt: skip
+    _raises(TypeError, "takes a tensor", idist.gather, 3, 0, same_shape=True)
 
 
 def check_extra_collectives_in_groups(tmp: Path) -> None:

@@ -130,10 +130,16 @@ def reduce(model: ComputationModel, x: Any, dst: int, op: str, group: Any) -> An
     return x
 
 
-def gather(model: ComputationModel, x: Any, dst: int, group: Any) -> list[Any]:
-    """Every member's ``x`` on ``dst`` (shapes may differ), ``[]`` on the other ranks."""
+def gather(
+    model: ComputationModel, x: Any, dst: int, group: Any, same_shape: bool = False
+) -> list[Any]:
+    """Every member's ``x`` on ``dst`` (shapes may differ unless ``same_shape``), ``[]`` on the
+    other ranks."""
     resolved = model._groups.resolve(group)
     model._check_root("dst", dst, resolved)
+    _check_flag("same_shape", same_shape)
+    if same_shape and not isinstance(x, torch.Tensor):
+        raise TypeError(f"gather(same_shape=True) takes a tensor, got {type(x).__name__}.")
     if resolved is _NOT_A_MEMBER:
         return []
     is_dst = model.get_rank() == dst
@@ -142,10 +148,15 @@ def gather(model: ComputationModel, x: Any, dst: int, group: Any) -> list[Any]:
 
         everything = gather_values(model, x, resolved)
         return everything if is_dst else []
-    table = _exchange(model, [_row(x)], resolved)
-    if (table[:, 0, 0] == _BAD).any() and _row(x)[0] == _BAD:
-        raise TypeError(_why_bad(x, "gather's tensor"))
-    dtype, shapes = _decode(table)
+    if same_shape:  # the caller vouches for the shapes: no exchange
+        if _row(x)[0] == _BAD:
+            raise TypeError(_why_bad(x, "gather's tensor"))
+        dtype, shapes = x.dtype, [tuple(x.shape)] * model._group_size(resolved)
+    else:
+        table = _exchange(model, [_row(x)], resolved)
+        if (table[:, 0, 0] == _BAD).any() and _row(x)[0] == _BAD:
+            raise TypeError(_why_bad(x, "gather's tensor"))
+        dtype, shapes = _decode(table)
     common = _largest(shapes)
     work = model._to_placement(_padded(x, common))
     if dtype in model.uncarried_dtypes:
@@ -156,6 +167,11 @@ def gather(model: ComputationModel, x: Any, dst: int, group: Any) -> list[Any]:
     if not is_dst or parts is None:
         return []
     return [p[region(None, s)].to(x.device) for p, s in zip(parts, shapes, strict=True)]
+
+
+def _check_flag(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}.")
 
 
 def scatter(model: ComputationModel, tensors: Any, src: int, group: Any) -> Any:
@@ -224,9 +240,14 @@ def reduce_scatter(model: ComputationModel, tensor: Any, op: str, group: Any) ->
     return result.to(tensor.device)
 
 
-def all_to_all(model: ComputationModel, tensors: Any, group: Any) -> list[torch.Tensor]:
-    """Rank r sends ``tensors[j]`` to group rank j and receives one tensor from each rank."""
+def all_to_all(
+    model: ComputationModel, tensors: Any, group: Any, same_shape: bool = False
+) -> list[torch.Tensor]:
+    """Rank r sends ``tensors[j]`` to group rank j and receives one tensor from each rank;
+    with ``same_shape``, every tensor on every rank has one shape and nothing is exchanged
+    first."""
     resolved = model._groups.resolve(group)
+    _check_flag("same_shape", same_shape)
     if resolved is _NOT_A_MEMBER:
         return list(tensors)
     size, me = model._group_size(resolved), model._group_rank(resolved)
@@ -235,13 +256,27 @@ def all_to_all(model: ComputationModel, tensors: Any, group: Any) -> list[torch.
             f"all_to_all needs a list of {size} tensors (one per rank), got {tensors!r}."
         )
     rows = [_row(t) for t in tensors]
-    table = _exchange(model, rows, resolved)  # [sender, receiver, row]
     mine_bad = [i for i, r in enumerate(rows) if r[0] == _BAD]
-    if mine_bad:
-        raise TypeError(_why_bad(tensors[mine_bad[0]], f"tensors[{mine_bad[0]}]"))
-    dtype, _ = _decode(table)
-    sent = [tuple(int(d) for d in table[me, j, 2 : 2 + table[me, j, 1]]) for j in range(size)]
-    received = [tuple(int(d) for d in table[j, me, 2 : 2 + table[j, me, 1]]) for j in range(size)]
+    if same_shape:  # the caller vouches for the shapes: no exchange
+        if mine_bad:
+            raise TypeError(_why_bad(tensors[mine_bad[0]], f"tensors[{mine_bad[0]}]"))
+        if any(r != rows[0] for r in rows):
+            found = sorted({(str(t.dtype), tuple(t.shape)) for t in tensors})
+            raise ValueError(
+                f"all_to_all(same_shape=True) needs one dtype and shape for every tensor, "
+                f"got {found}; pass same_shape=False for uneven sizes."
+            )
+        dtype = tensors[0].dtype
+        sent = received = [tuple(tensors[0].shape)] * size
+    else:
+        table = _exchange(model, rows, resolved)  # [sender, receiver, row]
+        if mine_bad:
+            raise TypeError(_why_bad(tensors[mine_bad[0]], f"tensors[{mine_bad[0]}]"))
+        dtype, _ = _decode(table)
+        sent = [tuple(int(d) for d in table[me, j, 2 : 2 + table[me, j, 1]]) for j in range(size)]
+        received = [
+            tuple(int(d) for d in table[j, me, 2 : 2 + table[j, me, 1]]) for j in range(size)
+        ]
     flat = [model._to_placement(t).reshape(-1) for t in tensors]
     data = _joined(flat, dtype)
     in_splits = [int(np.prod(s)) for s in sent]

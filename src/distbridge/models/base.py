@@ -157,9 +157,11 @@ class ComputationModel(BackendPrimitives):
         """Reduce onto ``dst``; see ``distbridge.reduce``."""
         return extra.reduce(self, x, dst, op, group)
 
-    def gather(self, x: Any, dst: int = 0, group: Group | None = None) -> list[Any]:
+    def gather(
+        self, x: Any, dst: int = 0, group: Group | None = None, same_shape: bool = False
+    ) -> list[Any]:
         """Collect every rank's ``x`` on ``dst``; see ``distbridge.gather``."""
-        return extra.gather(self, x, dst, group)
+        return extra.gather(self, x, dst, group, same_shape)
 
     def scatter(self, tensors: Any, src: int = 0, group: Group | None = None) -> Any:
         """Give rank r ``tensors[r]`` from ``src``; see ``distbridge.scatter``."""
@@ -169,9 +171,11 @@ class ComputationModel(BackendPrimitives):
         """Reduce, then give rank r chunk r; see ``distbridge.reduce_scatter``."""
         return extra.reduce_scatter(self, tensor, op, group)
 
-    def all_to_all(self, tensors: Any, group: Group | None = None) -> list[torch.Tensor]:
+    def all_to_all(
+        self, tensors: Any, group: Group | None = None, same_shape: bool = False
+    ) -> list[torch.Tensor]:
         """Send ``tensors[j]`` to rank j; see ``distbridge.all_to_all``."""
-        return extra.all_to_all(self, tensors, group)
+        return extra.all_to_all(self, tensors, group, same_shape)
 
     def all_gather_object(
         self, obj: Any, group: Group | None = None, serializer: Serializer | None = None
