@@ -323,6 +323,8 @@ def check_results(me: int, world: int, emulated: bool) -> None:
     _same("reduce_scatter", idist.reduce_scatter(x), raw_reduce_scatter(x, world))
     _same("all_to_all", torch.cat(idist.all_to_all(list(x.chunk(world)))), raw_all_to_all(x))
     _same("gather same_shape", idist.gather(x, dst=DST, same_shape=True), raw_gather(x, me, world))
+    into = idist.scatter(mine, src=SRC, out=torch.empty(numel))
+    _same("scatter out=", into, raw_scatter(mine, numel))
     same = idist.all_to_all(list(x.chunk(world)), same_shape=True)
     _same("all_to_all same_shape", torch.cat(same), raw_all_to_all(x))
 
@@ -388,10 +390,16 @@ def native_cases(size: int, me: int, world: int, small: bool) -> list[Case]:
         ),
         ("gather", lambda: idist.gather(x, dst=DST), lambda: raw_gather(x, me, world), None),
         (
+            "scatter out=",
+            lambda: idist.scatter(chunks, src=SRC, out=torch.empty(numel)),
+            lambda: raw_scatter(chunks, numel),
+            TARGET_NATIVE,
+        ),
+        (
             "scatter",
             lambda: idist.scatter(chunks, src=SRC),
             lambda: raw_scatter(chunks, numel),
-            TARGET_NATIVE,
+            None,
         ),
         (
             "reduce_scatter",

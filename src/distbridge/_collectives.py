@@ -243,7 +243,11 @@ def gather(
 
 
 def scatter(
-    tensors: Sequence[torch.Tensor] | None, src: int = 0, group: Group | None = None
+    tensors: Sequence[torch.Tensor] | None,
+    src: int = 0,
+    group: Group | None = None,
+    *,
+    out: torch.Tensor | None = None,
 ) -> Any:
     """Give each rank of ``group`` its own tensor from global rank ``src``.
 
@@ -252,9 +256,14 @@ def scatter(
             differ, same dtype and number of dimensions); ignored elsewhere (pass None).
         src: the global rank that sends.
         group: as in `all_reduce`.
+        out: a tensor to receive into, on every rank: then every ``tensors[r]`` must have its
+            dtype and shape, and the shape exchange that otherwise comes first is skipped (as
+            fast as ``torch.distributed.scatter``). A rank whose ``out`` disagrees gets a
+            backend error, or `CollectiveMismatch` in debug mode.
 
     Returns:
-        Group rank r's ``tensors[r]``, on ``device()`` (on ``src``: on the input's device).
+        Group rank r's ``tensors[r]``, on ``device()`` (on ``src``: on the input's device);
+        ``out`` itself when given.
 
     Note:
         Without a distributed context, returns ``tensors[0]``.
@@ -264,7 +273,7 @@ def scatter(
         >>> idist.scatter(parts, src=0)
         tensor([0.])   # on rank 0; tensor([1., 1.]) on rank 1
     """
-    return current().scatter(tensors, src, group)
+    return current().scatter(tensors, src, group, out)
 
 
 def reduce_scatter(

@@ -422,6 +422,28 @@ def check_same_shape_gather_and_all_to_all(tmp: Path) -> None:
     _raises(TypeError, "takes a tensor", idist.gather, 3, 0, same_shape=True)
 
 
+def check_scatter_into_out(tmp: Path) -> None:
+    rank, world = _ranks()
+    src = world - 1
+    given = [torch.full((2, 2), float(r)) for r in range(world)] if rank == src else None
+    out = torch.empty(2, 2)
+    got = idist.scatter(given, src=src, out=out)
+    assert got is out and out.unique().tolist() == [float(rank)]
+    wide = torch.empty(1, dtype=torch.uint32)
+    idist.scatter([torch.tensor([r], dtype=torch.uint32) for r in range(world)] if rank == 0
+                  else None, out=wide)  # fmt: skip
+    assert wide.tolist() == [rank]
+    members = [0, world - 1] if world > 1 else [0]
+    piece = torch.zeros(1)
+    sent = [torch.tensor([float(r)]) for r in members] if rank == members[0] else None
+    idist.scatter(sent, src=members[0], group=members, out=piece)
+    assert piece.tolist() == ([float(rank)] if rank in members else [0.0])
+    bad = [torch.zeros(3)] * world
+    if rank == 0:  # a check on the source rank, before anything is sent
+        _raises(ValueError, "out's dtype and shape", idist.scatter, bad, out=torch.zeros(2))
+    _raises(TypeError, "scatter's out", idist.scatter, None, out=[1.0])
+
+
 def check_extra_collectives_in_groups(tmp: Path) -> None:
     rank, world = _ranks()
     members = [0, world - 1] if world > 1 else [0]

@@ -4,7 +4,7 @@ Shapes may differ across ranks without the caller knowing them: ranks first exch
 one small row per tensor (dtype code, rank, dims), then move data padded to a common
 shape and trim it. A rank that cannot describe its tensor sends a "bad" row instead
 of raising at once, so every rank raises together rather than some waiting forever.
-The ``emulate_*`` functions are the default primitives for backends that lack an op.
+The default primitives for backends that lack an op are in ``_emulations``.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ import torch
 
 from distbridge.models import _carriers as carriers
 from distbridge.models import _codec as codec
-from distbridge.models._checks import check_reducible, region
+from distbridge.models._checks import check_reducible, region, write_back
 from distbridge.models._groups import GroupCache
 
 if TYPE_CHECKING:
-    from distbridge.models._primitives import BackendPrimitives
     from distbridge.models.base import ComputationModel
 
 __all__ = ["all_to_all", "gather", "reduce", "reduce_scatter", "scatter"]
@@ -174,14 +173,19 @@ def _check_flag(name: str, value: object) -> None:
         raise TypeError(f"{name} must be True or False, got {value!r}.")
 
 
-def scatter(model: ComputationModel, tensors: Any, src: int, group: Any) -> Any:
-    """Rank r of the group gets ``tensors[r]`` from ``src``; ``tensors`` is read on src only."""
+def scatter(model: ComputationModel, tensors: Any, src: int, group: Any, out: Any = None) -> Any:
+    """Rank r of the group gets ``tensors[r]`` from ``src``; ``tensors`` is read on src only.
+    With ``out``, every rank receives into it and no shapes are exchanged first."""
     resolved = model._groups.resolve(group)
     model._check_root("src", src, resolved)
+    if out is not None and _row(out)[0] == _BAD:
+        raise TypeError(_why_bad(out, "scatter's out"))
     if resolved is _NOT_A_MEMBER:
         return None
     size, me = model._group_size(resolved), model._group_rank(resolved)
     is_src = model.get_rank() == src
+    if out is not None:
+        return _scatter_into(model, tensors if is_src else None, out, src, resolved, size)
     problem: Exception | None = None
     rows = [[_BAD] * _WIDTH for _ in range(size)]
     if is_src:
@@ -210,6 +214,35 @@ def scatter(model: ComputationModel, tensors: Any, src: int, group: Any) -> Any:
     else:
         got = model._do_scatter(chunks, out, src, resolved)
     return got[region(None, shapes[me])].to(device)
+
+
+def _scatter_into(
+    model: ComputationModel, tensors: Any, out: torch.Tensor, src: int, group: Any, size: int
+) -> torch.Tensor:
+    """``scatter`` when the caller gives the receiving tensor: its dtype and shape are every
+    chunk's, so nothing is exchanged first (``tensors`` is None except on ``src``)."""
+    if tensors is not None:
+        if not isinstance(tensors, (list, tuple)) or len(tensors) != size:
+            raise ValueError(
+                f"scatter needs a list of {size} tensors on the source rank, got {tensors!r}."
+            )
+        wrong = [i for i, t in enumerate(tensors) if _row(t) != _row(out)]
+        if wrong:
+            t = tensors[wrong[0]]
+            found = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else repr(t)
+            raise ValueError(
+                f"scatter(out=...) needs every tensor to have out's dtype and shape "
+                f"({out.dtype} {tuple(out.shape)}); tensors[{wrong[0]}] is {found}."
+            )
+    work = model._to_placement(out)
+    chunks = [model._to_placement(t) for t in tensors] if tensors is not None else None
+    if out.dtype in model.uncarried_dtypes:
+        raw = [carriers.as_bytes(c) for c in chunks] if chunks else None
+        got = model._do_scatter(raw, carriers.as_bytes(work), src, group)
+        got = carriers.from_bytes(got, out.dtype, tuple(out.shape))
+    else:
+        got = model._do_scatter(chunks, work, src, group)
+    return write_back(out, got)
 
 
 def reduce_scatter(model: ComputationModel, tensor: Any, op: str, group: Any) -> Any:
@@ -312,61 +345,3 @@ def _joined(parts: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
         return torch.cat(parts)
     total = sum(p.numel() for p in parts)
     return first.as_strided((total,), (1,))  # a view over the same storage
-
-
-# ---- default primitives for backends without the op -------------------------------------------
-
-
-def emulate_gather(
-    model: BackendPrimitives, tensor: torch.Tensor, group: Any
-) -> list[torch.Tensor]:
-    """Gather through all-gather: every rank receives everything (fine for small worlds)."""
-    stacked = model._do_all_gather(tensor.unsqueeze(0).contiguous(), group)
-    return list(stacked.unbind(0))
-
-
-def emulate_scatter(
-    model: BackendPrimitives,
-    chunks: list[torch.Tensor] | None,
-    out: torch.Tensor,
-    src: int,
-    group: Any,
-) -> torch.Tensor:
-    """Scatter through one broadcast of every chunk; each rank keeps its own."""
-    size = model._group_size(group)
-    stacked = torch.stack(chunks) if chunks is not None else out.new_empty((size, *out.shape))
-    stacked = model._do_broadcast(stacked, src, group)
-    return stacked[model._group_rank(group)].clone()
-
-
-def emulate_reduce_scatter(
-    model: BackendPrimitives, tensor: torch.Tensor, op: str, group: Any
-) -> torch.Tensor:
-    """Reduce-scatter through all-reduce of a copy, then this rank's chunk."""
-    full = model._do_all_reduce(tensor.clone(), op, group)
-    size = model._group_size(group)
-    return full.chunk(size)[model._group_rank(group)].clone()
-
-
-def emulate_all_to_all(
-    model: BackendPrimitives,
-    data: torch.Tensor,
-    in_splits: list[int],
-    out_splits: list[int],
-    group: Any,
-) -> torch.Tensor:
-    """All-to-all through all-gathers: every rank's split table, then every padded buffer."""
-    size, me = model._group_size(group), model._group_rank(group)
-    header = torch.tensor(
-        [data.numel(), *in_splits], dtype=torch.int64, device=model._collective_device()
-    )
-    table = model._do_all_gather(header, group).view(size, size + 1).cpu()
-    longest = int(table[:, 0].max())
-    padded = data.new_zeros(longest)
-    padded[: data.numel()] = data
-    everything = model._do_all_gather(padded, group).view(size, longest)
-    pieces = []
-    for sender in range(size):
-        start = int(table[sender, 1 : 1 + me].sum())  # what the sender sends to ranks before me
-        pieces.append(everything[sender, start : start + out_splits[sender]])
-    return torch.cat(pieces) if pieces else data.new_empty(0)

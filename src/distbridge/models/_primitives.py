@@ -17,7 +17,7 @@ import torch
 from typing_extensions import Self
 
 from distbridge._types import SpawnResult
-from distbridge.models import _extra as extra
+from distbridge.models import _emulations as emulations
 
 __all__ = ["BackendPrimitives"]
 
@@ -218,26 +218,26 @@ class BackendPrimitives(ABC):
     def _do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:
         """Every member's ``tensor`` (same shape everywhere) on ``dst``; None elsewhere.
         Default: all-gather."""
-        return extra.emulate_gather(self, tensor, group)
+        return emulations.emulate_gather(self, tensor, group)
 
     def _do_scatter(
         self, chunks: list[torch.Tensor] | None, out: torch.Tensor, src: int, group: Any
     ) -> torch.Tensor:
         """Fill ``out`` with ``chunks[group rank]`` from ``src`` (same shapes); return it.
         Default: one broadcast of every chunk."""
-        return extra.emulate_scatter(self, chunks, out, src, group)
+        return emulations.emulate_scatter(self, chunks, out, src, group)
 
     def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
         """Chunk ``group rank`` of the reduction of ``tensor`` split along dim 0; must not modify
         ``tensor``. Default: all-reduce of a copy."""
-        return extra.emulate_reduce_scatter(self, tensor, op, group)
+        return emulations.emulate_reduce_scatter(self, tensor, op, group)
 
     def _do_all_to_all(
         self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
     ) -> torch.Tensor:
         """Flat all-to-all: send ``data.split(in_splits)[j]`` to group rank j, return what every
         rank sent here, concatenated (``out_splits`` long). Default: all-gathers."""
-        return extra.emulate_all_to_all(self, data, in_splits, out_splits, group)
+        return emulations.emulate_all_to_all(self, data, in_splits, out_splits, group)
 
     def _do_all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor, group: Any) -> None:
         """All-gather ``tensor`` into ``out`` (group size times longer). ``tensor`` may be this

@@ -163,9 +163,11 @@ class ComputationModel(BackendPrimitives):
         """Collect every rank's ``x`` on ``dst``; see ``distbridge.gather``."""
         return extra.gather(self, x, dst, group, same_shape)
 
-    def scatter(self, tensors: Any, src: int = 0, group: Group | None = None) -> Any:
+    def scatter(
+        self, tensors: Any, src: int = 0, group: Group | None = None, out: Any = None
+    ) -> Any:
         """Give rank r ``tensors[r]`` from ``src``; see ``distbridge.scatter``."""
-        return extra.scatter(self, tensors, src, group)
+        return extra.scatter(self, tensors, src, group, out)
 
     def reduce_scatter(self, tensor: Any, op: str = "SUM", group: Group | None = None) -> Any:
         """Reduce, then give rank r chunk r; see ``distbridge.reduce_scatter``."""
