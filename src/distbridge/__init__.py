@@ -46,9 +46,13 @@ from distbridge._collectives import (
 )
 from distbridge._registry import RegisteredModels, registry
 from distbridge.auto import DistributedProxySampler, auto_dataloader, auto_model, auto_optim
+from distbridge.diagnostics import dump_stacks
 from distbridge.errors import (
     BackendUnavailableError,
+    BarrierTimeout,
+    CollectiveMismatch,
     DistributedError,
+    PeerFailed,
     SpawnTimeoutError,
     WorkerFailedError,
 )
@@ -93,10 +97,13 @@ registered_computation_models = RegisteredModels(registry)
 
 __all__ = [
     "BackendUnavailableError",
+    "BarrierTimeout",
+    "CollectiveMismatch",
     "ComputationModel",
     "DistributedError",
     "DistributedProxySampler",
     "Parallel",
+    "PeerFailed",
     "Serializer",
     "SpawnTimeoutError",
     "WorkerFailedError",
@@ -117,6 +124,7 @@ __all__ = [
     "broadcast",
     "broadcast_object",
     "device",
+    "dump_stacks",
     "errors",
     "finalize",
     "gather",

@@ -17,6 +17,7 @@ from distbridge._registry import registry
 from distbridge._state import current, install, resync, set_local_rank_hint
 from distbridge._types import SpawnResult
 from distbridge.errors import DistributedError
+from distbridge.models._debug import debug_env
 
 __all__ = [
     "available_backends",
@@ -111,7 +112,9 @@ def initialize(backend: str, **kwargs: Any) -> None:
     Args:
         backend: "gloo", "nccl", "mpi", "xla-tpu", "horovod", ...
         kwargs: for the native backends ``timeout`` (timedelta or seconds), ``init_method``,
-            ``rank``, ``world_size``. Unknown names raise TypeError.
+            ``rank``, ``world_size``. Every backend takes ``debug=True``: the debug mode,
+            which compares each collective across ranks first (see "Debug mode" in
+            docs/reliability.md). Unknown names raise TypeError.
 
     Raises:
         BackendUnavailableError: ``backend`` is unknown or cannot run here (says why).
@@ -137,7 +140,9 @@ def sync(temporary: bool = False) -> None:
     """Find the live context again (after creating or destroying one by hand).
 
     distbridge re-checks the context on every call already, so this is rarely needed;
-    ``temporary`` is accepted for ignite compatibility and has no effect.
+    ``temporary`` is accepted for ignite compatibility and has no effect. Without a context,
+    it also reads the launcher's environment again (the rank queries answer with it before
+    ``initialize()``): call it after changing RANK, OMPI_COMM_WORLD_RANK, ... yourself.
     """
     resync()
 
@@ -145,7 +150,9 @@ def sync(temporary: bool = False) -> None:
 def set_local_rank(index: int) -> None:
     """Tell distbridge this process's local rank when the launcher's environment does not
     (a process group created by hand without LOCAL_RANK)."""
-    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise TypeError(f"set_local_rank needs an int >= 0, got {index!r}.")
+    if index < 0:
         raise ValueError(f"set_local_rank needs an int >= 0, got {index!r}.")
     set_local_rank_hint(index)
     current().set_local_rank(index)
@@ -162,9 +169,10 @@ def spawn(
     """Start ``nproc_per_node`` workers that each run ``fn(local_rank, *args, **kwargs_dict)``
     in an initialized context of ``backend``, and wait for them.
 
-    A supervisor watches the workers: when one raises or dies, the others are stopped
-    within seconds and `WorkerFailedError` names the rank and
-    shows its traceback. Ctrl-C and SIGTERM stop every worker; no process outlives the call.
+    A supervisor watches the workers: when one raises or dies, the others raise
+    `PeerFailed` at their next collective and are stopped within seconds, and
+    `WorkerFailedError` names the rank, shows its traceback and lists what the others
+    reported. Ctrl-C and SIGTERM stop every worker; no process outlives the call.
 
     Args:
         backend: "gloo", "nccl", "mpi", "xla-tpu", "horovod", ...
@@ -175,7 +183,8 @@ def spawn(
         kwargs: native backends: ``nnodes`` (1), ``node_rank`` (0), ``master_addr``
             ("127.0.0.1" or MASTER_ADDR), ``master_port`` (a free port, or MASTER_PORT),
             ``init_method``, ``timeout`` (process group timeout), ``start_method``
-            ("spawn"), ``job_timeout`` (seconds for the whole job). Unknown names raise
+            ("spawn"), ``job_timeout`` (seconds for the whole job). Every backend takes
+            ``debug=True``: the workers run in the debug mode. Unknown names raise
             TypeError.
 
     Returns:
@@ -188,9 +197,12 @@ def spawn(
         [10, 11]
     """
     model = registry.for_backend(backend)
-    return model.spawn(
-        fn, tuple(args), kwargs_dict or {}, nproc_per_node, backend=backend, **kwargs
-    )
+    if not callable(fn):  # before any worker starts
+        raise TypeError(f"spawn() needs a callable fn (a top-level function), got {fn!r}.")
+    with debug_env(kwargs.pop("debug", None)):  # the workers inherit DISTBRIDGE_DEBUG
+        return model.spawn(
+            fn, tuple(args), kwargs_dict or {}, nproc_per_node, backend=backend, **kwargs
+        )
 
 
 _log = logging.getLogger("distbridge")

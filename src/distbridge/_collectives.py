@@ -8,6 +8,7 @@ bad call fails on a laptop exactly as it would on a cluster.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path, PurePath
 from typing import Any, Literal, overload
 
@@ -150,13 +151,34 @@ def broadcast(
     return current().broadcast(tensor, src, safe_mode, group)
 
 
-def barrier(group: Group | None = None) -> None:
+def barrier(
+    group: Group | None = None, timeout: float | timedelta | None = None, name: str | None = None
+) -> None:
     """Wait until every rank of ``group`` (default: all) has called ``barrier``.
 
+    Args:
+        group: as in `all_reduce`; ranks outside the group return at once.
+        timeout: None: the backend's own barrier (no extra cost; a hang lasts until the
+            process group's timeout). Seconds (or a ``timedelta``): a barrier through the
+            coordination store that raises `BarrierTimeout` naming the ranks that did not
+            arrive; ``math.inf`` waits without a limit. Either way, past a few seconds it logs
+            the missing ranks (logger ``"distbridge"``, WARNING) at growing intervals.
+        name: names the barrier in those messages, e.g. ``"after-eval"``.
+
+    Raises:
+        BarrierTimeout: ``timeout`` passed before every member arrived (on the waiting ranks;
+            each logs its stacks and asks the others to log theirs).
+        PeerFailed: with a timeout, a rank of the job failed while this one waited.
+        TypeError, ValueError: ``timeout`` is not a positive number or timedelta, or
+            ``name`` is not a str.
+
     Note:
-        Without a distributed context, returns at once.
+        Without a distributed context, returns at once (after validating its arguments).
+
+    Example:
+        >>> idist.barrier(timeout=600, name="checkpoint-written")  # doctest: +SKIP
     """
-    current().barrier(group)
+    current().barrier(group, timeout, name)
 
 
 def new_group(ranks: Sequence[int], **kwargs: Any) -> Any:
@@ -259,7 +281,9 @@ def scatter(
         out: a tensor to receive into, on every rank: then every ``tensors[r]`` must have its
             dtype and shape, and the shape exchange that otherwise comes first is skipped (as
             fast as ``torch.distributed.scatter``). A rank whose ``out`` disagrees gets a
-            backend error, or `CollectiveMismatch` in debug mode.
+            backend error, or `CollectiveMismatch` in debug mode. When the source's
+            ``tensors`` do not fit its ``out``, it sends zeros (the others are already
+            waiting) and raises ValueError.
 
     Returns:
         Group rank r's ``tensors[r]``, on ``device()`` (on ``src``: on the input's device);

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 from torch.utils.data.distributed import DistributedSampler
 
 from distbridge import _api
+from distbridge.errors import DistributedError
 
 __all__ = ["DistributedProxySampler", "auto_dataloader", "auto_model", "auto_optim"]
 
@@ -38,6 +39,7 @@ def auto_model(model: torch.nn.Module, sync_bn: bool = False, **kwargs: Any) -> 
             ``torch.nn.DataParallel`` over every visible GPU when there is no distributed
             context (never applied without being asked, unlike ignite).
     """
+    _require_context("auto_model")
     data_parallel = bool(kwargs.pop("data_parallel", False))
     device = _api.device()
     model = model.to(device)
@@ -128,6 +130,7 @@ def auto_dataloader(dataset: Dataset[Any], **kwargs: Any) -> DataLoader[Any] | A
             the W processes loads ``batch_size // W`` per step; a warning says so when it
             does not divide); ``num_workers`` is per machine (split across its processes).
     """
+    _require_context("auto_dataloader")
     world, rank = _api.get_world_size(), _api.get_rank()
     if world > 1:
         if "batch_size" in kwargs:
@@ -156,6 +159,17 @@ def auto_dataloader(dataset: Dataset[Any], **kwargs: Any) -> DataLoader[Any] | A
 
         return pl.MpDeviceLoader(loader, _api.device())
     return loader
+
+
+def _require_context(what: str) -> None:
+    """DistributedError when a launcher started several processes but none is initialized:
+    each would otherwise train alone on its share of the data, without a word."""
+    if _api.model_name() == "serial" and _api.get_world_size() > 1:
+        raise DistributedError(
+            f"{what}: this process is rank {_api.get_rank()} of {_api.get_world_size()} "
+            "started by a launcher, but no distributed context is initialized. Call "
+            "idist.initialize(backend) first (or use idist.Parallel)."
+        )
 
 
 def _split(name: str, value: int, world: int) -> int:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import torch
 
-from distbridge import _api, _collectives, environments
-from distbridge.errors import DistributedError
+from distbridge import _api, _collectives, _state
+from distbridge.models._barrier import check_timeout
 
 __all__ = [
     "get_local_group",
@@ -66,26 +68,59 @@ def one_rank_only(rank: int = 0, with_barrier: bool = False) -> Callable[[F], F]
 
 
 @contextmanager
-def one_rank_first(rank: int = 0, local: bool = False) -> Iterator[None]:
+def one_rank_first(
+    rank: int = 0, local: bool = False, timeout: float | timedelta | None = None
+) -> Iterator[None]:
     """Context manager: rank ``rank`` runs the block first, then all the others.
 
     Typical use: one process downloads or preprocesses a dataset, the others then read it.
+    The others wait in a barrier through the coordination store, not the process group's
+    (whose timeout may be short, or 30 minutes): while they wait, the missing rank is logged
+    at growing intervals, and if the first rank's block raises, the others raise a
+    ``DistributedError`` naming it at once instead of hanging.
 
     Args:
         rank: the rank that goes first.
         local: if True, ``rank`` is a local rank: the first of each machine goes first.
+        timeout: how long the others wait for the first rank (seconds or a timedelta);
+            None: no limit.
+
+    Raises:
+        BarrierTimeout: on the waiting ranks, when ``timeout`` passes first.
+        DistributedError: on the waiting ranks, when the first rank's block raised.
 
     Note:
         Without a distributed context the block simply runs.
+
+    Example:
+        >>> with idist.one_rank_first(timeout=3600):  # doctest: +SKIP
+        ...     dataset = download_and_prepare(root)
     """
+    if not isinstance(local, bool):
+        raise TypeError(f"one_rank_first(local=...) must be True or False, got {local!r}.")
     me = _api.get_local_rank() if local else _api.get_rank()
     size = _api.get_nproc_per_node() if local else _api.get_world_size()
     _check_rank(rank, size, "local rank" if local else "rank")
+    limit = check_timeout(timeout) or math.inf
+    name = f"one_rank_first(rank={rank}{', local=True' if local else ''})"
+    model = _state.current()
+    model._timed_barrier()  # every rank, now: making the store may take a collective
     if me != rank:
-        _collectives.barrier()
-    yield
-    if me == rank:
-        _collectives.barrier()
+        _collectives.barrier(timeout=limit, name=name)
+        yield
+        return
+    try:
+        yield
+    except BaseException as err:
+        who = _api.get_rank()
+        model._abort_barrier(
+            None,
+            f"{name}: rank {who} raised {type(err).__name__}: {err} in the block it runs "
+            f"first, so the other ranks stop here instead of waiting for it; see rank {who}'s "
+            "traceback.",
+        )
+        raise
+    _collectives.barrier(timeout=limit, name=name)
 
 
 # ---- detectron2 / Lightning / mmengine style process helpers ----------------------------------
@@ -108,45 +143,38 @@ def get_local_size() -> int:
 
 
 def get_local_group() -> Any:
-    """The group of the ranks on this machine.
+    """The group of the ranks on this machine, whatever the placement (block, cyclic as with
+    ``srun -m cyclic``, or uneven).
 
-    Every machine's group is created on first use (torch.distributed creates groups
-    collectively, so every rank must make its first call at the same point) and cached.
-    Without a distributed context it is ``[0]``.
-
-    Raises:
-        DistributedError: the machines run different numbers of processes, so the
-            machine groups cannot be derived from the layout.
+    A collective: the ranks first gather which machine each is on (one small all_gather),
+    then every machine's group is created (cached: later calls return the same groups), so
+    every rank must call it at the same point. Without a distributed context it is ``[0]``.
     """
-    world, per_node, nodes = _api.get_world_size(), _api.get_nproc_per_node(), _api.get_nnodes()
-    if per_node * nodes != world:
-        raise DistributedError(
-            f"Cannot derive the machine groups: {world} ranks are not {nodes} machines x "
-            f"{per_node} processes. Start the same number of processes on every machine "
-            "(nproc_per_node / --ntasks-per-node), or build groups with new_group()."
-        )
-    groups = [_collectives.new_group(range(n * per_node, (n + 1) * per_node)) for n in range(nodes)]
+    if _api.get_world_size() == 1:
+        return _collectives.new_group([0])
+    nodes = _collectives.all_gather(_api.get_node_rank())
+    members: dict[int, list[int]] = {}
+    for rank, node in enumerate(nodes):
+        members.setdefault(node, []).append(rank)
+    groups = {node: _collectives.new_group(ranks) for node, ranks in sorted(members.items())}
     return groups[_api.get_node_rank()]
-
-
-def _rank_for_logging() -> int:
-    """The rank from the live context, else from the launcher's environment, else 0."""
-    if _api.backend() is not None:
-        return _api.get_rank()
-    launched = environments.detect()
-    return launched.rank if launched is not None else 0
 
 
 def rank_zero_only(func: F) -> F:
     """Decorator: call ``func`` on rank 0 only; other ranks get None.
 
-    Works before initialization too: the rank then comes from the launcher's
-    environment (torchrun's RANK, ...), so logging setup can use it.
+    Works before initialization too: ``get_rank()`` then answers with the launcher's rank
+    (torchrun's RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, ...), so logging setup can use it.
+    Without a launcher, this process is rank 0 and ``func`` runs.
+
+    Example:
+        >>> @rank_zero_only              # doctest: +SKIP
+        ... def log(msg): print(msg)     # prints once per job, not once per process
     """
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return func(*args, **kwargs) if _rank_for_logging() == 0 else None
+        return func(*args, **kwargs) if _api.get_rank() == 0 else None
 
     return wrapper  # type: ignore[return-value]
 

@@ -11,7 +11,7 @@ Under NCCL, objects travel on a CPU (gloo) group, never through GPU memory.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def all_gather_object(
@@ -102,16 +103,25 @@ def scatter_object(
 
 def _flatten(d: Mapping[str, Any]) -> tuple[list[str], torch.Tensor, torch.Tensor]:
     """Sorted keys, and every value flattened into a float64 and an int64 vector."""
+    if not isinstance(d, Mapping):
+        raise TypeError(f"Expected a dict of str keys to values, got {type(d).__name__}.")
+    odd = [k for k in d if not isinstance(k, str)]
+    if odd:
+        raise TypeError(f"Every key must be a str (they are sorted across ranks), got {odd[0]!r}.")
     keys = sorted(d)
     floats: list[torch.Tensor] = []
     ints: list[torch.Tensor] = []
     for key in keys:
         value = d[key]
         if isinstance(value, torch.Tensor):
+            if value.layout != torch.strided:
+                raise TypeError(f"Value of {key!r} must be a dense tensor, got {value.layout}.")
             flat = value.detach().reshape(-1).cpu()
             is_float = flat.dtype.is_floating_point
         elif isinstance(value, (numbers.Real, np.generic)) and not isinstance(value, str):
             is_float = not isinstance(value, (numbers.Integral, np.bool_, bool))
+            if isinstance(value, numbers.Integral) and not _INT64_MIN <= int(value) <= _INT64_MAX:
+                raise ValueError(f"Value of {key!r} does not fit in 64 bits: {value!r}.")
             flat = torch.tensor([value])
         else:
             raise TypeError(f"Value of {key!r} must be a tensor or a number, got {value!r}.")
@@ -166,6 +176,8 @@ def _rebuild(
 def _reduce_flat(
     d: Mapping[str, Any], mean: bool, dst: int | None, group: Group | None
 ) -> dict[str, Any]:
+    if not isinstance(mean, bool):
+        raise TypeError(f"average must be True or False, got {mean!r}.")
     keys, floats, ints = _flatten(d)
     mark = float(_fingerprint(d, keys))
     # Three extra sums ride along: the number of ranks, and the mark and its square,
@@ -258,8 +270,10 @@ def gather_results(
     """
     if order not in ("interleave", "contiguous"):
         raise ValueError(f"order must be 'interleave' or 'contiguous', got {order!r}.")
-    if total is not None and (not isinstance(total, int) or total < 0):
+    if total is not None and (not isinstance(total, int) or isinstance(total, bool) or total < 0):
         raise ValueError(f"total must be an int >= 0 or None, got {total!r}.")
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+        raise TypeError(f"items must be a list of this rank's results, got {items!r}.")
     mine = list(items)
     per_rank = all_gather_object(mine, group) if dst is None else gather_object(mine, dst, group)
     if not per_rank:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 import distbridge as idist
+from distbridge import environments
 from distbridge.models import SerialModel
 
 
@@ -439,8 +440,10 @@ def check_scatter_into_out(tmp: Path) -> None:
     idist.scatter(sent, src=members[0], group=members, out=piece)
     assert piece.tolist() == ([float(rank)] if rank in members else [0.0])
     bad = [torch.zeros(3)] * world
-    if rank == 0:  # a check on the source rank, before anything is sent
+    if rank == 0:  # the source raises after sending zeros: the others, waiting, get them
         _raises(ValueError, "out's dtype and shape", idist.scatter, bad, out=torch.zeros(2))
+    else:
+        assert idist.scatter(None, out=torch.ones(2)).tolist() == [0.0, 0.0]
     _raises(TypeError, "scatter's out", idist.scatter, None, out=[1.0])
 
 
@@ -692,7 +695,17 @@ def check_finalize_and_reinitialize(tmp: Path) -> None:
     backend = idist.backend()
     assert backend is not None
     idist.finalize()
-    assert idist.model_name() == "serial" and idist.get_world_size() == 1
+    launched = environments.detect()  # the serial model answers with the launcher's values
+    assert idist.model_name() == "serial"
+    assert idist.get_world_size() == (launched.world_size if launched else 1)
+    if launched is not None and launched.world_size > 1:
+        assert idist.get_rank() == rank
+        try:
+            idist.all_reduce(1)  # a world-of-one answer would be silently wrong
+        except idist.DistributedError as err:
+            assert "Call idist.initialize(backend) first" in str(err), err
+        else:
+            raise AssertionError("a collective between finalize() and initialize() must raise")
     idist.initialize(backend)
     assert idist.get_rank() == rank and idist.get_world_size() == world
     assert idist.all_reduce(1) == world

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 import distbridge as idist
-from tests.distributed import checks
+from tests.distributed import barrier_checks, checks
 
 #: what main() saw: the value of HOROVOD_DYNAMIC_PROCESS_SETS after user code's own init
 _CONTEXT: dict[str, Any] = {}
@@ -173,6 +173,10 @@ def hvd_check_auto_training(tmp: Path) -> None:
     weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     every = idist.all_gather(weights.unsqueeze(0))
     assert all(torch.equal(every[0], row) for row in every), "weights differ across ranks"
+
+
+def hvd_check_timed_barrier(tmp: Path) -> None:
+    barrier_checks.check_timed_barrier(tmp)  # through the TCPStore rank 0 hosts
 
 
 HVD_CHECKS = [name for name in dir() if name.startswith("hvd_check_")]

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,56 +23,19 @@ from distbridge.errors import SpawnTimeoutError, WorkerFailedError
 from distbridge.launch import supervisor
 from distbridge.launch.supervisor import run_workers
 from tests.distributed import supervisor_targets as targets
+from tests.distributed.process_checks import assert_gone, child_pids
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(60)]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _is_gone(pid: int) -> bool:
-    """True if ``pid`` does not exist or is a zombie (dead, waiting for its new parent)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
-
-
-def assert_gone(pids: Iterable[int], timeout: float = 5.0) -> None:
-    """Fail unless every pid is gone within ``timeout`` seconds (SIGKILL is asynchronous)."""
-    pids = list(pids)
-    assert pids, "no pids to check"
-    deadline = time.monotonic() + timeout
-    while alive := [pid for pid in pids if not _is_gone(pid)]:
-        if time.monotonic() > deadline:
-            pytest.fail(f"processes still alive: {alive}")
-        time.sleep(0.05)
-
-
-def _child_pids() -> set[int]:
-    """This process's children, zombies included, except multiprocessing's helpers."""
-    children = set()
-    for stat_file in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat_file.read_text().rsplit(")", 1)[1].split()
-            cmdline = (stat_file.parent / "cmdline").read_bytes()
-        except (OSError, IndexError):
-            continue  # exited meanwhile
-        if int(fields[1]) == os.getpid() and b"resource_tracker" not in cmdline:
-            children.add(int(stat_file.parent.name))
-    return children
-
-
 @pytest.fixture(autouse=True)
 def _no_child_left() -> Iterator[None]:
     """Every test: no child process of the test process is left, alive or unreaped."""
-    before = _child_pids()
+    before = child_pids()
     yield
-    assert _child_pids() - before == set()
+    assert child_pids() - before == set()
 
 
 def test_results_come_back_in_rank_order(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 import distbridge as idist
-from tests.distributed import checks
+from tests.distributed import barrier_checks, checks
 
 #: Every dtype torch_xla can put on a device, plus complex128 (which torch_xla 2.9 cannot
 #: move exactly: distbridge carries it as bytes).
@@ -224,6 +224,10 @@ def check_xla_finalize_leaves_the_replica(tmp: Path) -> None:
     assert idist.get_world_size() == 1 and idist.device().type == "cpu"
     idist.initialize("xla-tpu")
     assert idist.model_name() == "xla-dist" and idist.get_world_size() == world
+
+
+def check_xla_timed_barrier(tmp: Path) -> None:
+    barrier_checks.check_timed_barrier(tmp)  # one replica here: no store, returns at once
 
 
 XLA_CHECKS = [name for name in dir() if name.startswith("check_xla_")]

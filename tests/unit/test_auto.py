@@ -60,3 +60,23 @@ def test_proxy_sampler_validates_its_sampler() -> None:
     dataset = TensorDataset(torch.arange(4.0))
     with pytest.raises(TypeError, match="already distributed"):
         idist.DistributedProxySampler(DistributedSampler(dataset, num_replicas=1, rank=0))
+
+
+def test_auto_helpers_refuse_a_launched_process_without_a_context(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under a launcher of 2 ranks but before initialize(), training alone on a shard of the
+    data without gradient sync would be a silent wrong answer."""
+    for key, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(key, value)
+    idist.sync()  # the serial model re-reads the launcher's variables
+    try:
+        with pytest.raises(
+            idist.DistributedError, match=r"rank 1 of 2 .* idist.initialize\(backend\)"
+        ):
+            idist.auto_model(torch.nn.Linear(2, 1))
+        with pytest.raises(idist.DistributedError, match=r"auto_dataloader: this process"):
+            idist.auto_dataloader(TensorDataset(torch.arange(4.0)), batch_size=2)
+    finally:
+        monkeypatch.undo()
+        idist.sync()

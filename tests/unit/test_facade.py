@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import socket
 import subprocess
@@ -16,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 import distbridge as idist
-from distbridge import _state
+from distbridge import _state, environments
 from distbridge._registry import registry
 from distbridge.errors import BackendUnavailableError, DistributedError
 from distbridge.models import SerialModel
@@ -192,7 +193,12 @@ def test_collectives_delegate_with_the_same_arguments(
 def test_barrier_delegates(model: RecordingModel) -> None:
     assert idist.barrier() is None
     idist.barrier(G)
-    assert model.calls == [("barrier", (None,), {}), ("barrier", (G,), {})]
+    idist.barrier(G, timeout=5, name="x")
+    assert model.calls == [
+        ("barrier", (None, None, None), {}),
+        ("barrier", (G, None, None), {}),
+        ("barrier", (G, 5, "x"), {}),
+    ]
 
 
 def test_new_group_passes_options(model: RecordingModel) -> None:
@@ -274,15 +280,16 @@ def test_helpers_use_the_facade(model: RecordingModel) -> None:
     assert on_five() == "five"
     assert on_zero() is None
     assert ran == [5]
-    assert model.calls == [("barrier", (None,), {})]
+    assert model.calls == [("barrier", (None, None, None), {})]
 
     model.calls.clear()
     with idist.one_rank_first(rank=1, local=True):  # local rank 1 of 2: goes first
         ran.append(1)
-    assert model.calls == [("barrier", (None,), {})]
+    # Through the store (no process-group timeout); math.inf: no limit of its own.
+    assert model.calls == [("barrier", (None, math.inf, "one_rank_first(rank=1, local=True)"), {})]
     model.calls.clear()
-    with idist.one_rank_first(rank=0):  # rank 5 waits for rank 0, then runs
-        assert model.calls == [("barrier", (None,), {})]
+    with idist.one_rank_first(rank=0, timeout=9):  # rank 5 waits for rank 0, then runs
+        assert model.calls == [("barrier", (None, 9.0, "one_rank_first(rank=0)"), {})]
     assert len(model.calls) == 1
     on_eight = idist.one_rank_only(rank=8)(lambda: None)
     with pytest.raises(ValueError, match=r"rank=8 is not a valid rank \(0\.\.7\)"):
@@ -574,8 +581,40 @@ def test_parallel_unavailable_backend() -> None:
 def test_parallel_refuses_to_spawn_under_a_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ValueError, match=r"started by a launcher .* drop nproc_per_node"):
+    with pytest.raises(ValueError, match=r"started by torchelastic .* drop nproc_per_node"):
         idist.Parallel(backend="gloo", nproc_per_node=2)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match=r"2 processes on this node\), so Parallel must not"):
+        idist.Parallel(backend="gloo", nproc_per_node=2)
+
+
+def test_parallel_spawns_per_node_under_one_task_per_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """srun --ntasks-per-node=1: each task spawns its node's workers; the layout and the
+    rendezvous address come from SLURM unless given."""
+    slurm = {
+        "SLURM_PROCID": "1", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "1", "SLURM_NNODES": "2", "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+        "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "1234",
+    }  # fmt: skip
+    for key, value in slurm.items():
+        monkeypatch.setenv(key, value)
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    launch = environments.detect()
+    assert launch is not None and launch.launcher == "slurm"
+    parallel = idist.Parallel(backend="gloo", nproc_per_node=3)
+    assert parallel._spawn_params == {
+        "nproc_per_node": 3,
+        "nnodes": 2,
+        "node_rank": 1,
+        "master_addr": "n1",
+        "master_port": launch.master_port,
+    }
+    given = idist.Parallel(backend="gloo", nproc_per_node=3, master_port=4321, node_rank=0)
+    assert given._spawn_params is not None
+    assert (given._spawn_params["master_port"], given._spawn_params["node_rank"]) == (4321, 0)
 
 
 def test_parallel_launcher_error_has_a_documented_type(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -77,8 +77,10 @@ def test_lifecycle_calls_are_no_ops_without_context() -> None:
 def test_set_local_rank_validates() -> None:
     idist.set_local_rank(0)
     assert idist.get_local_rank() == 0
-    for bad in (-1, True, 1.0, "0"):
-        with pytest.raises(ValueError, match=r"set_local_rank needs an int >= 0, got "):
+    with pytest.raises(ValueError, match=r"set_local_rank needs an int >= 0, got -1"):
+        idist.set_local_rank(-1)
+    for bad in (True, 1.0, "0"):
+        with pytest.raises(TypeError, match=r"set_local_rank needs an int >= 0, got "):
             idist.set_local_rank(bad)  # type: ignore[arg-type]
 
 
@@ -419,8 +421,12 @@ def test_new_group_is_cached() -> None:
 def test_new_group_validates() -> None:
     with pytest.raises(TypeError, match=r"A group must be a list of int ranks, got 0"):
         idist.new_group(0)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"the serial model takes none"):
-        idist.new_group([0], backend="gloo")
+    # The native model's options, checked as it checks them (and then ignored).
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['bogus'\]"):
+        idist.new_group([0], bogus=1)
+    with pytest.raises(ValueError, match=r"new_group\(backend='nope'\): not a backend"):
+        idist.new_group([0], backend="nope")
+    assert idist.new_group([0], backend="gloo") == [0]
 
 
 # ---- all_gather_tensors_with_shapes -----------------------------------------------------------
@@ -521,7 +527,7 @@ def test_one_rank_first_runs_the_block_then_waits(
     monkeypatch: pytest.MonkeyPatch, local: bool
 ) -> None:
     events: list[str] = []
-    monkeypatch.setattr(_collectives, "barrier", lambda group=None: events.append("barrier"))
+    monkeypatch.setattr(_collectives, "barrier", lambda **kwargs: events.append("barrier"))
     with idist.one_rank_first(local=local):
         events.append("block")
     assert events == ["block", "barrier"]

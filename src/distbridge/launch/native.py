@@ -3,10 +3,16 @@
 The parent hosts the job's TCPStore itself, on a free port (port 0, chosen by the
 kernel and held by the store from that moment: no race with other jobs), and the
 workers connect to it as torchrun's workers connect to the agent's store.
+
+Fail together: a worker whose function raises leaves a note in that store as it finalizes,
+and the parent leaves one for a worker that dies without a word (a signal), so the other
+workers raise `PeerFailed` naming it at their next collective; the supervisor gives them
+``PEER_WINDOW_SECONDS`` to do so before it stops them, and lists what they reported.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -18,10 +24,13 @@ from torch._C._distributed_c10d import TCPStore  # where torch defines them
 from distbridge.errors import DistributedError
 from distbridge.launch.pickling import check_picklable
 from distbridge.launch.supervisor import run_workers
+from distbridge.models._fail_together import record_failure
 
 __all__ = ["spawn_native"]
 
 _START_METHODS = ("spawn", "fork", "forkserver")
+#: After the first failure, how long the other workers get to raise PeerFailed themselves.
+PEER_WINDOW_SECONDS = 3.0
 
 
 @dataclass(frozen=True)
@@ -51,7 +60,7 @@ class _NativeWorker:
         _state.install(model)
         try:
             return self.fn(local_rank, *self.args, **self.kwargs)
-        finally:
+        finally:  # while an exception propagates, finalize leaves a failure note for the peers
             if model.is_current():
                 model.finalize()
             _state.reset()
@@ -133,6 +142,7 @@ def spawn_native(
     worker = _NativeWorker(
         backend, fn, tuple(args), dict(kwargs_dict), env, node_rank * nproc, init_kwargs
     )
+    on_death = None if store is None else functools.partial(_tell_peers, store)
     try:
         return run_workers(
             worker,
@@ -140,9 +150,16 @@ def spawn_native(
             rank_offset=node_rank * nproc,
             start_method=start_method,
             job_timeout=job_timeout,
+            peer_window=PEER_WINDOW_SECONDS,
+            on_death=on_death,
         )
     finally:
-        del store  # the store lives exactly as long as the job
+        del store, on_death  # the store lives exactly as long as the job
+
+
+def _tell_peers(store: Any, rank: int, how: str) -> None:
+    """Leave the failure note of a worker that died without a word (``how`` it ended)."""
+    record_failure(store, rank, f"its process {how}")
 
 
 def _env_port() -> int | None:

@@ -16,9 +16,12 @@ class Parallel:
 
     - ``backend=None``: serial; ``run`` calls ``func(0, ...)`` in this process.
     - ``backend`` and ``nproc_per_node``: ``run`` spawns the workers itself (``spawn``).
-    - ``backend`` alone: the processes were started by a launcher (torchrun today; SLURM,
-      mpirun and horovodrun environments are planned); entering the context initializes,
+    - ``backend`` alone: the processes were started by a launcher (torchrun, srun, mpirun,
+      jsrun, horovodrun: see ``distbridge.environments``); entering the context initializes,
       leaving it finalizes.
+    - ``backend`` and ``nproc_per_node`` under a launcher that started one task per node
+      (e.g. ``srun --ntasks-per-node=1``): each task spawns ``nproc_per_node`` workers, and
+      ``nnodes``, ``node_rank``, ``master_addr`` and ``master_port`` default to the launcher's.
 
     Example:
         >>> with Parallel(backend="gloo", nproc_per_node=2) as parallel:   # doctest: +SKIP
@@ -65,11 +68,8 @@ class Parallel:
                 f"{', '.join(given)} only apply when Parallel spawns the workers: pass "
                 "nproc_per_node too, or set them in the launcher instead."
             )
-        if nproc_per_node is not None and environments.detect() is not None:
-            raise ValueError(
-                "This process was started by a launcher (RANK/WORLD_SIZE are set), so Parallel "
-                "must not spawn more workers: drop nproc_per_node."
-            )
+        if nproc_per_node is not None:
+            spawn_only = _per_node_defaults(spawn_only)
         self.backend = backend
         self._spawn_params: dict[str, Any] | None = None
         if nproc_per_node is not None:
@@ -119,3 +119,31 @@ class Parallel:
         if self._initialized_here:
             self._initialized_here = False
             _api.finalize()
+
+
+def _per_node_defaults(spawn_only: dict[str, Any]) -> dict[str, Any]:
+    """``spawn_only`` with the gaps filled from a launcher that started one task per node; as
+    given without a launcher. ValueError when the launcher started several tasks here (they
+    must not spawn more)."""
+    launch = environments.detect()
+    if launch is None:
+        return spawn_only
+    if launch.local_world_size != 1:
+        here = (
+            "an unknown number of"
+            if launch.local_world_size is None
+            else (str(launch.local_world_size))
+        )
+        raise ValueError(
+            f"This process was started by {launch.launcher} (rank {launch.rank} of "
+            f"{launch.world_size}, {here} processes on this node), so Parallel must not spawn "
+            "more workers: drop nproc_per_node, or start one task per node (e.g. srun "
+            "--ntasks-per-node=1) to spawn nproc_per_node workers on each."
+        )
+    from_launcher = {
+        "nnodes": launch.nnodes if launch.nnodes is not None else launch.world_size,
+        "node_rank": launch.node_rank if launch.node_rank is not None else launch.rank,
+        "master_addr": launch.master_addr,
+        "master_port": launch.master_port,
+    }
+    return {k: v if v is not None else from_launcher[k] for k, v in spawn_only.items()}

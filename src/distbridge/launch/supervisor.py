@@ -2,9 +2,12 @@
 
 ``run_workers`` is the engine under ``spawn``. Every worker runs in its own process group,
 so stopping a worker also stops whatever it started. The parent waits on the result pipes,
-the process sentinels and a self-pipe written by its SIGINT/SIGTERM handlers; the first
-failure, the job timeout or a signal stops everything: SIGTERM to each group,
-``grace_seconds`` to exit, then SIGKILL.
+the process sentinels and a self-pipe written by its SIGINT/SIGTERM handlers. After the
+first failure the other workers get ``peer_window`` seconds to report on their own (e.g.
+`PeerFailed`, so the error can say what they saw); then the failure, the job timeout or a
+signal stops everything: SIGTERM to each group, ``grace_seconds`` to exit, then SIGKILL.
+A worker that has sent its report exits within ``grace_seconds`` by itself even if its
+``atexit`` handlers or a destructor hang (faulthandler prints its stacks and ends it).
 
 Each child sends one report over its own one-way pipe, pickled with plain ``pickle`` (so
 tensors travel by value and nothing depends on the child staying alive): ``("ok", value)``
@@ -22,7 +25,6 @@ import pickle
 import reprlib
 import signal
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -30,10 +32,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
 from multiprocessing.process import BaseProcess
-from types import FrameType
 from typing import Any, cast
 
 from distbridge.errors import SpawnTimeoutError, WorkerFailedError, suggest
+from distbridge.launch._signals import SignalWatch
 
 __all__ = ["START_METHODS", "run_workers"]
 
@@ -46,6 +48,7 @@ START_METHODS = ("spawn", "fork", "forkserver")
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _TICK_SECONDS = 1.0  # longest wait between checks, so a missed wake-up costs at most this
 _STACK_DUMP_SECONDS = 1.0  # time given to workers to print their stacks on a timeout
+_EXIT_SLACK_SECONDS = 1.0  # how much longer the parent waits than a worker's own exit watchdog
 
 Report = tuple[Any, ...]
 
@@ -58,6 +61,8 @@ def run_workers(
     start_method: str = "spawn",
     job_timeout: float | None = None,
     grace_seconds: float = 3.0,
+    peer_window: float = 0.0,
+    on_death: Callable[[int, str], None] | None = None,
 ) -> list[Any]:
     """Run ``target(i)`` in ``nprocs`` child processes and return their results in order.
 
@@ -68,7 +73,12 @@ def run_workers(
         rank_offset: the global rank of child ``i`` is ``rank_offset + i`` (used in messages).
         start_method: "spawn", "fork" or "forkserver".
         job_timeout: seconds the whole job may take; None means no limit.
-        grace_seconds: how long a stopped worker gets between SIGTERM and SIGKILL.
+        grace_seconds: how long a stopped worker gets between SIGTERM and SIGKILL, and how
+            long a worker that reported may take to exit before it ends itself.
+        peer_window: seconds the other workers get, after the first failure, to report
+            (their reports are listed in the error) before they are stopped.
+        on_death: called as ``on_death(rank, summary)`` in the parent when a worker dies
+            without a report (a signal, ``os._exit``), e.g. to tell its peers.
 
     Returns:
         The return values of ``target``, indexed by local rank.
@@ -76,7 +86,8 @@ def run_workers(
     Raises:
         ValueError: an argument is out of range.
         WorkerFailedError: a worker raised, exited without a result, exited with a non-zero
-            code or was killed by a signal. The other workers were stopped first.
+            code or was killed by a signal. It names the first worker that failed other than
+            by `PeerFailed`, and lists what the others reported. Every worker was stopped.
         SpawnTimeoutError: ``job_timeout`` passed; the workers' Python stacks were written to
             their stderr and every worker was stopped.
         KeyboardInterrupt: the parent got SIGINT; every worker was stopped.
@@ -87,6 +98,9 @@ def run_workers(
         dies, so a worker cannot outlive a parent that was killed with SIGKILL either.
     """
     _validate(nprocs, rank_offset, start_method, job_timeout, grace_seconds)
+    if not peer_window >= 0:
+        raise ValueError(f"peer_window must be a number of seconds >= 0, got {peer_window!r}.")
+    exit_seconds = max(grace_seconds, 1.0)
     # typeshed declares Process only on the concrete contexts, not on BaseContext.
     context = cast(
         "SpawnContext | ForkContext | ForkServerContext", multiprocessing.get_context(start_method)
@@ -94,13 +108,13 @@ def run_workers(
     deadline = None if job_timeout is None else time.monotonic() + job_timeout
     workers: list[_Worker] = []
     results: list[Any] | None = None
-    with _SignalWatch() as signals:
+    with SignalWatch() as signals:
         try:
             for index in range(nprocs):
                 receiver, sender = context.Pipe(duplex=False)
                 process = context.Process(
                     target=_worker_main,
-                    args=(target, index, sender),
+                    args=(target, index, sender, exit_seconds),
                     name=f"distbridge-worker-{rank_offset + index}",
                 )
                 workers.append(_Worker(index, rank_offset + index, process, receiver))
@@ -108,9 +122,10 @@ def run_workers(
                     process.start()
                 finally:
                     sender.close()  # the child has its copy; EOF must not wait for ours
-            results = _supervise(workers, signals, deadline, job_timeout)
+            watch = _Watch(signals, deadline, job_timeout, peer_window, on_death)
+            results = _supervise(workers, watch)
         finally:
-            _shutdown(workers, grace_seconds, let_finish=results is not None)
+            _shutdown(workers, grace_seconds, exit_seconds, let_finish=results is not None)
         signals.raise_if_received()  # a signal that came while the workers were exiting
     return results
 
@@ -149,8 +164,11 @@ def _validate(
         raise ValueError(f"grace_seconds must be a number of seconds >= 0, got {grace!r}.")
 
 
-def _worker_main(target: Callable[[int], Any], index: int, conn: Connection) -> None:
-    """Entry point of every child: set up, run ``target(index)``, send one report."""
+def _worker_main(
+    target: Callable[[int], Any], index: int, conn: Connection, exit_seconds: float
+) -> None:
+    """Entry point of every child: set up, run ``target(index)``, send one report, and make
+    sure the process ends within ``exit_seconds`` even if an ``atexit`` handler hangs."""
     os.setpgrp()  # own process group: the parent stops us together with what we start
     _die_with_parent()
     faulthandler.register(signal.SIGUSR1, all_threads=True)
@@ -174,6 +192,9 @@ def _worker_main(target: Callable[[int], Any], index: int, conn: Connection) -> 
         payload = pickle.dumps(("error", traceback.format_exc(), "PicklingError", message))
     conn.send_bytes(payload)
     conn.close()
+    # A watchdog thread in C: it needs no GIL, so it also ends a destructor that hangs while
+    # the interpreter shuts down, after printing every thread's stack.
+    faulthandler.dump_traceback_later(exit_seconds, exit=True)
 
 
 def _error_report(exc: BaseException) -> Report:
@@ -193,41 +214,70 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def _supervise(
-    workers: list[_Worker],
-    signals: _SignalWatch,
-    deadline: float | None,
-    job_timeout: float | None,
-) -> list[Any]:
-    """Wait until every worker reported ok; raise on the first failure, timeout or signal."""
+@dataclass
+class _Watch:
+    """What ``_supervise`` watches besides the workers, and how it reacts to a failure."""
+
+    signals: SignalWatch
+    deadline: float | None
+    job_timeout: float | None
+    peer_window: float
+    on_death: Callable[[int, str], None] | None
+
+
+def _supervise(workers: list[_Worker], watch: _Watch) -> list[Any]:
+    """Wait until every worker reported ok. After the first failure, wait up to
+    ``peer_window`` seconds more for the others' reports, then raise; raise at once on the
+    job timeout or a signal."""
     running = list(workers)
+    failed: list[_Worker] = []
+    window_end: float | None = None
     while running:
-        signals.raise_if_received()
-        timeout = _TICK_SECONDS
-        if deadline is not None:
-            timeout = min(timeout, deadline - time.monotonic())
-            if timeout <= 0:
-                _raise_timeout(running, job_timeout)
-        watched: list[Any] = [signals.fd]
-        for worker in running:
-            watched.append(worker.process.sentinel)
-            if not worker.conn_closed:
-                watched.append(worker.conn)
-        ready = set(wait(watched, timeout))
-        if signals.fd in ready:
-            signals.drain()
+        watch.signals.raise_if_received()
+        now = time.monotonic()
+        if window_end is not None:
+            if now >= window_end:
+                break
+            timeout = min(_TICK_SECONDS, window_end - now)
+        else:
+            timeout = _TICK_SECONDS
+            if watch.deadline is not None:
+                timeout = min(timeout, watch.deadline - now)
+                if timeout <= 0:
+                    _raise_timeout(running, watch.job_timeout)
+        ready = _wait(running, watch.signals, timeout)
         for worker in list(running):
             # Read a report before looking at the exit code: a worker that reported and
             # exited must not be mistaken for one that died without a report.
             if worker.conn in ready or worker.process.exitcode is not None:
                 _receive(worker)
-            if worker.report is not None:
-                if worker.report[0] != "ok":
-                    raise _failure(worker)
-                running.remove(worker)
-            elif worker.process.exitcode is not None:
-                raise _failure(worker)
+            if worker.report is None and worker.process.exitcode is None:
+                continue
+            running.remove(worker)
+            if worker.report is None:
+                failed.append(worker)
+                if watch.on_death is not None:
+                    watch.on_death(worker.rank, _death(worker))
+            elif worker.report[0] != "ok":
+                failed.append(worker)
+        if failed and window_end is None:
+            window_end = time.monotonic() + watch.peer_window
+    if failed:
+        raise _failure(failed, workers)
     return [worker.report[1] for worker in workers if worker.report is not None]
+
+
+def _wait(running: list[_Worker], signals: SignalWatch, timeout: float) -> set[Any]:
+    """Block until a report, an exit or a signal arrives, or ``timeout`` passes."""
+    watched: list[Any] = [signals.fd]
+    for worker in running:
+        watched.append(worker.process.sentinel)
+        if not worker.conn_closed:
+            watched.append(worker.conn)
+    ready = set(wait(watched, timeout))
+    if signals.fd in ready:
+        signals.drain()
+    return ready
 
 
 def _receive(worker: _Worker) -> None:
@@ -241,35 +291,65 @@ def _receive(worker: _Worker) -> None:
         worker.report = ("error", "", "PicklingError", f"its result could not be unpickled: {exc}")
 
 
-def _failure(worker: _Worker) -> WorkerFailedError:
+def _failure(failed: list[_Worker], workers: list[_Worker]) -> WorkerFailedError:
+    """The error naming the first worker that failed by itself (not by `PeerFailed`)."""
+    first = next((w for w in failed if not _is_peer_failed(w)), failed[0])
+    reports = {w.rank: _outcome(w) for w in workers if w is not first and _has_ended(w)}
+    others = "".join(f"\n  rank {rank}: {line}" for rank, line in reports.items())
+    others = f"\n\nWhat the other workers reported:{others}" if others else ""
     stopped = "The other workers were stopped."
-    if worker.report is not None:
-        _, worker_traceback, type_name, message = worker.report
+    if first.report is not None:
+        _, worker_traceback, type_name, message = first.report
         raised = f"{type_name}: {message}" if message else type_name
         return WorkerFailedError(
-            f"{worker.describe()} raised {raised}. {stopped}\n\n"
-            f"Traceback of rank {worker.rank}:\n{worker_traceback}",
-            rank=worker.rank,
-            local_rank=worker.index,
+            f"{first.describe()} raised {raised}. {stopped}{others}\n\n"
+            f"Traceback of rank {first.rank}:\n{worker_traceback}",
+            rank=first.rank,
+            local_rank=first.index,
             exitcode=None,
             worker_traceback=worker_traceback,
+            peer_reports=reports,
         )
+    return WorkerFailedError(
+        f"{first.describe()} {_death(first)}. {stopped}{others}",
+        rank=first.rank,
+        local_rank=first.index,
+        exitcode=first.process.exitcode or 0,
+        peer_reports=reports,
+    )
+
+
+def _is_peer_failed(worker: _Worker) -> bool:
+    report = worker.report
+    return report is not None and report[0] == "error" and report[2] == "PeerFailed"
+
+
+def _has_ended(worker: _Worker) -> bool:
+    return worker.report is not None or worker.process.exitcode is not None
+
+
+def _outcome(worker: _Worker) -> str:
+    """One line saying how a worker that ended ended."""
+    if worker.report is None:
+        return _death(worker)
+    if worker.report[0] == "ok":
+        return "finished and returned its result"
+    _, _, type_name, message = worker.report
+    first_line = message.strip().splitlines()[0] if message.strip() else ""
+    return _REPR.repr(f"{type_name}: {first_line}" if first_line else type_name).strip("'\"")
+
+
+def _death(worker: _Worker) -> str:
+    """How a worker that sent no report ended, e.g. "was killed by signal SIGKILL"."""
     exitcode = worker.process.exitcode or 0
     if exitcode < 0:
         try:
-            what = f"was killed by signal {signal.Signals(-exitcode).name}"
+            return f"was killed by signal {signal.Signals(-exitcode).name}"
         except ValueError:
-            what = f"was killed by signal number {-exitcode}"
-    elif exitcode > 0:
-        what = f"exited with code {exitcode}"
-    else:
-        what = "exited without reporting a result (exit code 0, e.g. after os._exit(0))"
-    return WorkerFailedError(
-        f"{worker.describe()} {what}. {stopped}",
-        rank=worker.rank,
-        local_rank=worker.index,
-        exitcode=exitcode,
-    )
+            return f"was killed by signal number {-exitcode}"
+    if exitcode > 0:
+        return f"exited with code {exitcode}"
+    return "exited without reporting a result (exit code 0, e.g. after os._exit(0))"
 
 
 def _raise_timeout(running: list[_Worker], job_timeout: float | None) -> None:
@@ -289,10 +369,12 @@ def _raise_timeout(running: list[_Worker], job_timeout: float | None) -> None:
     )
 
 
-def _shutdown(workers: list[_Worker], grace_seconds: float, *, let_finish: bool) -> None:
+def _shutdown(
+    workers: list[_Worker], grace_seconds: float, exit_seconds: float, *, let_finish: bool
+) -> None:
     """Stop and reap every worker and its process group; never raises for dead processes."""
-    if let_finish:  # every worker reported ok: let them exit on their own first
-        _join_all(workers, grace_seconds)
+    if let_finish:  # every worker reported ok: let them exit on their own (or by watchdog)
+        _join_all(workers, exit_seconds + _EXIT_SLACK_SECONDS)
     _signal_groups(workers, signal.SIGTERM)
     _join_all(workers, grace_seconds)
     _signal_groups(workers, signal.SIGKILL)  # also reaches what a worker left behind
@@ -319,48 +401,3 @@ def _signal_groups(workers: list[_Worker], signum: signal.Signals) -> None:
         if worker.process.exitcode is None:  # not in its group yet, or it left it
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
-
-
-class _SignalWatch:
-    """Turn SIGINT/SIGTERM into a readable file descriptor while workers are supervised.
-
-    Handlers are installed only in the main thread (Python allows no other), and the
-    previous ones are restored on exit. A signal that was ignored stays ignored.
-    """
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-        self._previous: dict[signal.Signals, Any] = {}
-        self.fd, self._write_fd = os.pipe()
-        os.set_blocking(self.fd, False)
-        os.set_blocking(self._write_fd, False)
-
-    def __enter__(self) -> _SignalWatch:
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                previous = signal.getsignal(signum)
-                if previous is not signal.SIG_IGN:
-                    self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
-        os.close(self.fd)
-        os.close(self._write_fd)
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.received is None:
-            self.received = signum
-        with contextlib.suppress(OSError):
-            os.write(self._write_fd, b"\0")
-
-    def drain(self) -> None:
-        with contextlib.suppress(OSError):  # nothing to read: another wake-up drained it
-            os.read(self.fd, 4096)
-
-    def raise_if_received(self) -> None:
-        if self.received == signal.SIGINT:
-            raise KeyboardInterrupt
-        if self.received is not None:
-            raise SystemExit(128 + self.received)

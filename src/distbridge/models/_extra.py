@@ -102,6 +102,11 @@ def reduce(model: ComputationModel, x: Any, dst: int, op: str, group: Any) -> An
     name = codec.canonical_op(op, model.reduce_ops, model.name)
     if isinstance(x, torch.Tensor):
         check_reducible(x, name, "reduce")
+    elif codec.kind_of(x) not in codec.NUMBER_KINDS:
+        raise TypeError(
+            f"reduce takes a tensor or a Python number (int, float, bool), "
+            f"got {type(x).__name__}: {x!r}."
+        )
     resolved = model._groups.resolve(group)
     model._check_root("dst", dst, resolved)
     if resolved is _NOT_A_MEMBER:
@@ -220,20 +225,14 @@ def _scatter_into(
     model: ComputationModel, tensors: Any, out: torch.Tensor, src: int, group: Any, size: int
 ) -> torch.Tensor:
     """``scatter`` when the caller gives the receiving tensor: its dtype and shape are every
-    chunk's, so nothing is exchanged first (``tensors`` is None except on ``src``)."""
+    chunk's, so nothing is exchanged first (``tensors`` is None except on ``src``). When the
+    source's ``tensors`` do not fit ``out``, it still sends zeros, since the other ranks are
+    already waiting, and then raises ValueError."""
+    problem: ValueError | None = None
     if tensors is not None:
-        if not isinstance(tensors, (list, tuple)) or len(tensors) != size:
-            raise ValueError(
-                f"scatter needs a list of {size} tensors on the source rank, got {tensors!r}."
-            )
-        wrong = [i for i, t in enumerate(tensors) if _row(t) != _row(out)]
-        if wrong:
-            t = tensors[wrong[0]]
-            found = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else repr(t)
-            raise ValueError(
-                f"scatter(out=...) needs every tensor to have out's dtype and shape "
-                f"({out.dtype} {tuple(out.shape)}); tensors[{wrong[0]}] is {found}."
-            )
+        problem = _check_scatter_into(tensors, out, size)
+        if problem is not None:  # send zeros: the other ranks already wait in the scatter
+            tensors = [torch.zeros_like(out)] * size
     work = model._to_placement(out)
     chunks = [model._to_placement(t) for t in tensors] if tensors is not None else None
     if out.dtype in model.uncarried_dtypes:
@@ -242,7 +241,26 @@ def _scatter_into(
         got = carriers.from_bytes(got, out.dtype, tuple(out.shape))
     else:
         got = model._do_scatter(chunks, work, src, group)
+    if problem is not None:
+        raise problem
     return write_back(out, got)
+
+
+def _check_scatter_into(tensors: Any, out: torch.Tensor, size: int) -> ValueError | None:
+    """What is wrong with the source's ``tensors`` for ``scatter(out=out)``, if anything."""
+    if not isinstance(tensors, (list, tuple)) or len(tensors) != size:
+        return ValueError(
+            f"scatter needs a list of {size} tensors on the source rank, got {tensors!r}."
+        )
+    wrong = [i for i, t in enumerate(tensors) if _row(t) != _row(out)]
+    if not wrong:
+        return None
+    t = tensors[wrong[0]]
+    found = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else repr(t)
+    return ValueError(
+        f"scatter(out=...) needs every tensor to have out's dtype and shape "
+        f"({out.dtype} {tuple(out.shape)}); tensors[{wrong[0]}] is {found}."
+    )
 
 
 def reduce_scatter(model: ComputationModel, tensor: Any, op: str, group: Any) -> Any:

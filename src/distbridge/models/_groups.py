@@ -8,6 +8,7 @@ so a group is created once per distinct rank set (and options) and reused:
 from __future__ import annotations
 
 import enum
+import itertools
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,19 @@ if TYPE_CHECKING:
     from distbridge.models.base import ComputationModel
 
 __all__ = ["GroupCache"]
+
+
+_SHOWN = 5  # ranks named at most in an error
+
+
+def _shown(ranks: Sequence[object]) -> str:
+    """``ranks`` for an error message, cut short when long."""
+    head = [repr(r) for r in itertools.islice(ranks, _SHOWN)]
+    return f"[{', '.join(head)}{', ...' if len(ranks) > _SHOWN else ''}]"
+
+
+def _is_rank(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class _Membership(enum.Enum):
@@ -67,16 +81,18 @@ class GroupCache:
         if not isinstance(ranks, (list, tuple, range)):
             raise TypeError(f"A group must be a list of int ranks, got {ranks!r}.")
         world = self._model.get_world_size()
-        bad = [r for r in ranks if not isinstance(r, int) or isinstance(r, bool)]
+        # A huge range (range(2**40)) is refused without a walk over all of it.
+        bad = [] if isinstance(ranks, range) else [r for r in ranks if not _is_rank(r)]
         if bad:
-            raise TypeError(f"Group ranks must be ints, got {bad[0]!r} in {list(ranks)!r}.")
+            raise TypeError(f"Group ranks must be ints, got {bad[0]!r} in {_shown(ranks)}.")
         if not ranks:
             raise ValueError("A group needs at least one rank, got an empty list.")
-        outside = [r for r in ranks if not 0 <= r < world]
+        outside = list(itertools.islice((r for r in ranks if not 0 <= r < world), _SHOWN + 1))
         if outside:
+            shown = ", ".join(map(str, outside[:_SHOWN])) + (", ..." if outside[_SHOWN:] else "")
             raise ValueError(
-                f"Group ranks {outside} are outside this world of size {world} "
-                f"(valid ranks: 0..{world - 1})."
+                f"Group ranks [{shown}] are outside this world of "
+                f"size {world} (valid ranks: 0..{world - 1})."
             )
         if len(set(ranks)) != len(ranks):
             raise ValueError(f"Group ranks must be unique, got {list(ranks)!r}.")

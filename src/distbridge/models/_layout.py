@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass, replace
 from typing import Any, Literal, overload
 
 from distbridge.environments import LaunchEnvironment
 
-__all__ = ["Layout", "LayoutQueries", "export_layout", "layout_from_env", "layout_from_store"]
+__all__ = [
+    "Layout",
+    "LayoutQueries",
+    "export_layout",
+    "layout_from_env",
+    "layout_from_store",
+    "node_name",
+]
 
 
 @dataclass(frozen=True)
@@ -71,26 +79,47 @@ def layout_from_env(
 ) -> Layout | None:
     """The layout the launcher described, if it matches ``rank`` and ``world_size``.
 
-    When the launcher gives no local layout: with ``guess``, assume one node
-    (local rank = rank); without, return None so the caller can ask the peers.
+    Complete when the launcher gives the local rank, the processes on this node, the node's
+    index and the number of nodes. Otherwise, with ``guess``: nodes are assumed filled in
+    rank order (``node_rank = rank // nproc_per_node``, Open MPI's and jsrun's default
+    placement), or one node when even the local layout is unknown; without ``guess``, None,
+    so the caller can ask the peers. Whether a launcher gives the whole layout is the same on
+    every rank of a job, so either every rank asks the peers or none does.
     """
     if launch is not None and (launch.rank, launch.world_size) != (rank, world_size):
         launch = None  # the launcher describes another job: ignore it
     if launch is not None and launch.local_rank is not None and launch.local_world_size:
         nproc = launch.local_world_size
-        nnodes = launch.nnodes if launch.nnodes is not None else max(1, world_size // nproc)
+        if launch.node_rank is not None and launch.nnodes is not None:
+            return Layout(
+                rank, world_size, launch.local_rank, nproc, launch.nnodes, launch.node_rank
+            )
+        if not guess:
+            return None
+        nnodes = launch.nnodes if launch.nnodes is not None else -(-world_size // nproc)
         node_rank = launch.node_rank if launch.node_rank is not None else rank // nproc
-        return Layout(rank, world_size, launch.local_rank, nproc, nnodes, node_rank)
+        return Layout(
+            rank, world_size, launch.local_rank, nproc, nnodes, min(node_rank, nnodes - 1)
+        )
     if not guess:
         return None
     local = launch.local_rank if launch is not None and launch.local_rank is not None else rank
     return Layout(rank, world_size, local, world_size, 1, 0)
 
 
-def layout_from_store(store: Any, rank: int, world_size: int, hostname: str) -> Layout:
-    """Ask the peers for their host names through ``store`` (a torch.distributed Store).
+def node_name(launch: LaunchEnvironment | None) -> str:
+    """What tells this process's node apart from the others: the launcher's node id when it
+    gives one (e.g. Open MPI's daemon), else the host name."""
+    if launch is not None and launch.node_id:
+        return launch.node_id
+    return socket.gethostname()
 
-    Ranks on the same host form a node; nodes are numbered by their lowest rank.
+
+def layout_from_store(store: Any, rank: int, world_size: int, hostname: str) -> Layout:
+    """Ask the peers for their node names through ``store`` (a torch.distributed Store).
+
+    ``hostname`` is this process's node name (``node_name``). Ranks with the same name form a
+    node; nodes are numbered by their lowest rank.
     """
     store.set(f"distbridge/host/{rank}", hostname)
     hosts = [store.get(f"distbridge/host/{r}").decode("utf-8") for r in range(world_size)]

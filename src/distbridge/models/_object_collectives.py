@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 __all__ = ["all_gather_object", "broadcast_object", "gather_object", "scatter_object"]
 
 _NOT_A_MEMBER = GroupCache.NOT_A_MEMBER
-_FAILED = -1
+_FAILED = -1  # a size: the sender could not serialize its object (TypeError everywhere)
+_NOT_A_LIST = -2  # a size: scatter_object's source got no list of the right length (ValueError)
 
 
 def _try_encode(
@@ -153,6 +154,8 @@ def scatter_object(
             problem = problem or failure
             frames.append(parts)
     sizes = [frame_size(f) for f in frames] if is_src and problem is None else [_FAILED] * size
+    if isinstance(problem, ValueError):
+        sizes = [_NOT_A_LIST] * size
     table = model._do_broadcast(torch.tensor(sizes, dtype=torch.int64, device=device), src, channel)
     sizes = [int(n) for n in table.tolist()]
     if problem is not None:
@@ -161,6 +164,8 @@ def scatter_object(
             if isinstance(problem, ValueError)
             else TypeError(f"scatter_object: an object cannot be serialized: {problem}")
         )
+    if _NOT_A_LIST in sizes:  # the source's own error type, so every rank raises alike
+        raise ValueError(f"scatter_object: rank {src} could not send the objects (see its error).")
     if _FAILED in sizes:
         raise TypeError(f"scatter_object: rank {src} could not send the objects (see its error).")
     longest = max(sizes)

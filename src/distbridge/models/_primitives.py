@@ -244,6 +244,14 @@ class BackendPrimitives(ABC):
         rank's own slot of ``out``. Default: ``_do_all_gather`` and a copy."""
         out.copy_(self._do_all_gather(tensor, group).reshape(out.shape))
 
+    def _coordination_store(self) -> Any | None:
+        """A ``torch.distributed.Store`` (set / get / add / check / wait / compare_set) that every
+        rank of the world shares, beside the communicator, so it still works when a collective
+        is wedged; keys live under a ``distbridge/`` prefix. None where there is no peer (the
+        serial model, a world of one). Made on first use (where making it needs a collective,
+        that first use must happen on every rank alike) and cached. Default: None."""
+        return None
+
     def _object_transport(self, group: Any) -> tuple[Any, torch.device]:
         """The group and device that carry pickled objects for ``group``. Default: the group
         itself on the collective device; NCCL overrides it with a CPU (gloo) group."""

@@ -26,7 +26,8 @@ __all__ = ["broadcast_value", "gather_values"]
 
 _WORDS = 8  # header: kind, field a, field b, 5 words (40 bytes) of inline payload
 _INLINE = 8 * (_WORDS - 3)
-_SEND_FAILED = 0  # header kind: the source could not encode its value
+_SEND_FAILED = 0  # header kind: the sender could not encode its value (field a: which error)
+_FAILURES: tuple[type[Exception], ...] = (TypeError, ValueError)  # field a indexes this
 _TEXT_KINDS = (codec.KIND_STR, codec.KIND_PATH)
 
 
@@ -87,6 +88,7 @@ def broadcast_value(model: ComputationModel, value: Any, src: int, group: Any) -
             kind, a, b, payload = _encode(value)
         except (TypeError, ValueError) as err:
             failure = err
+            a = _failure_code(err)
     inline = payload if len(payload) <= _INLINE else b""
     if kind == codec.KIND_TENSOR and b <= _WORDS - 3:
         inline = np.asarray(value.shape, dtype="<i8").tobytes()
@@ -95,8 +97,8 @@ def broadcast_value(model: ComputationModel, value: Any, src: int, group: Any) -
     kind, a, b = (int(x) for x in row[:3])
     if failure is not None:
         raise failure
-    if kind == _SEND_FAILED:
-        raise ValueError(
+    if kind == _SEND_FAILED:  # the source's own error type, so every rank raises alike
+        raise _failure_type(a)(
             f"broadcast: the source rank {src} could not send its value (see its error)."
         )
     if kind in codec.NUMBER_KINDS:
@@ -121,6 +123,12 @@ def broadcast_value(model: ComputationModel, value: Any, src: int, group: Any) -
     raise ValueError(f"Received an unknown broadcast header {row.tolist()}: a desynchronized job?")
 
 
+def broadcast_failure(model: ComputationModel, error: Exception, src: int, group: Any) -> None:
+    """Tell the other ranks of a broadcast that the source ``src`` cannot send (it is about to
+    raise ``error``): they raise the same exception type instead of waiting for data."""
+    model._do_broadcast(_header(model, _SEND_FAILED, _failure_code(error), 0, b""), src, group)
+
+
 def _category(kind: int) -> str:
     if kind in codec.NUMBER_KINDS:
         return "number"
@@ -129,20 +137,16 @@ def _category(kind: int) -> str:
 
 def gather_values(model: ComputationModel, value: Any, group: Any) -> list[Any]:
     """All-gather non-tensor values; each comes back with its sender's exact type."""
-    kind = codec.kind_of(value)
-    payload = b""
-    if kind in codec.NUMBER_KINDS:
-        second = codec.encode_number(value, kind)
-    else:
-        if kind in _TEXT_KINDS:
-            payload = str(value).encode("utf-8")
-        else:
-            payload = pickle.dumps(value, protocol=5)
-        second = len(payload)
+    failure: Exception | None = None
+    try:
+        kind, second, payload = _encode_gathered(value)
+    except Exception as err:  # an int past 64 bits, or whatever pickle raises
+        failure, kind, second, payload = err, _SEND_FAILED, _failure_code(err), b""
     inline = payload if len(payload) <= _INLINE else b""
     gathered = model._do_all_gather(_header(model, kind, second, inline=inline), group)
     rows = gathered.cpu().numpy().reshape(-1, _WORDS)
     header = [(int(r[0]), int(r[1])) for r in rows]
+    _raise_if_failed(header, failure)
     categories = {_category(k) for k, _ in header}
     if len(categories) > 1:
         # Every rank sees the same header table, so every rank raises here together.
@@ -163,6 +167,42 @@ def gather_values(model: ComputationModel, value: Any, group: Any) -> list[Any]:
             text = chunk.decode("utf-8")
             out.append(text if k == codec.KIND_STR else codec.decode_path(text))
     return out
+
+
+def _encode_gathered(value: Any) -> tuple[int, int, bytes]:
+    """Kind, header field and payload of a value to gather; raises if it cannot go."""
+    kind = codec.kind_of(value)
+    if kind in codec.NUMBER_KINDS:
+        return kind, codec.encode_number(value, kind), b""
+    text = kind in _TEXT_KINDS
+    payload = str(value).encode("utf-8") if text else pickle.dumps(value, protocol=5)
+    return kind, len(payload), payload
+
+
+def _failure_code(err: Exception) -> int:
+    """The index in ``_FAILURES`` of the error the other ranks raise for ``err``."""
+    return _FAILURES.index(ValueError if isinstance(err, ValueError) else TypeError)
+
+
+def _failure_type(code: int) -> type[Exception]:
+    return _FAILURES[code] if 0 <= code < len(_FAILURES) else ValueError
+
+
+def _raise_if_failed(header: list[tuple[int, int]], failure: Exception | None) -> None:
+    """Raise on every rank, with the same error type, when a rank could not send its value."""
+    if isinstance(failure, ValueError):
+        raise failure  # e.g. an int past 64 bits: its own message names the value
+    if failure is not None:
+        raise TypeError(
+            f"Cannot gather this rank's value: it cannot be pickled ({type(failure).__name__}: "
+            f"{failure}). Send a tensor, number, str or Path, or make the object picklable."
+        ) from failure
+    failed = [(r, code) for r, (k, code) in enumerate(header) if k == _SEND_FAILED]
+    if failed:
+        raise _failure_type(failed[0][1])(
+            f"Group rank(s) {[r for r, _ in failed]} could not send their value to the gather "
+            "(see their error)."
+        )
 
 
 def _gather_bytes(

@@ -9,21 +9,29 @@ group resolution and caching, and the error texts.
 
 from __future__ import annotations
 
+import math
+import weakref
 from collections.abc import Sequence
+from datetime import timedelta
+from numbers import Integral
 from typing import Any, Final
 
 import torch
+from typing_extensions import Self
 
 from distbridge._types import Group
 from distbridge.models import _carriers as carriers
 from distbridge.models import _codec as codec
+from distbridge.models import _debug as debug
 from distbridge.models import _extra as extra
 from distbridge.models import _object_collectives as objects
 from distbridge.models import _values as values
+from distbridge.models._barrier import StoreBarrier, check_name, check_timeout
 from distbridge.models._checks import check_dense, check_reducible, region, write_back
 from distbridge.models._groups import GroupCache
 from distbridge.models._objects import Serializer
 from distbridge.models._primitives import BackendPrimitives
+from distbridge.models._stacks import StackWatcher, dump
 
 __all__ = ["NOT_A_MEMBER", "ComputationModel"]
 
@@ -39,6 +47,10 @@ class ComputationModel(BackendPrimitives):
 
     def __init__(self) -> None:
         self._groups = GroupCache(self)
+        self._timed: StoreBarrier | None = None  # made at the first timed barrier
+        self._watcher: StackWatcher | None = None
+        self._debug = debug.enabled_by_env()  # checked first in every public collective
+        self._debug_checker = debug.CollectiveChecker()
         # (op as given, dtype, device, layout) -> canonical op, for world all-reduces that
         # need no conversion: see ``_remember_fast_reduce``.
         self._fast_reduce: dict[tuple[str, torch.dtype, torch.device, torch.layout], str] = {}
@@ -47,6 +59,8 @@ class ComputationModel(BackendPrimitives):
 
     def all_reduce(self, x: Any, op: str = "SUM", group: Group | None = None) -> Any:
         """Reduce ``x`` across ranks; see ``distbridge.all_reduce``."""
+        if self._debug:
+            self._check_collective("all_reduce", group, x=x, op=op)
         if group is None and type(op) is str and isinstance(x, torch.Tensor):
             # Fast path: this op, dtype, device and layout passed every check before.
             fast = self._fast_reduce.get((op, x.dtype, x.device, x.layout))
@@ -84,6 +98,8 @@ class ComputationModel(BackendPrimitives):
 
     def all_gather(self, x: Any, group: Group | None = None) -> Any:
         """Gather ``x`` from every rank; see ``distbridge.all_gather``."""
+        if self._debug:
+            self._check_collective("all_gather", group, x=x)
         resolved = self._groups.resolve(group)
         if isinstance(x, torch.Tensor):
             check_dense(x, "all_gather")
@@ -98,6 +114,8 @@ class ComputationModel(BackendPrimitives):
         self, x: Any, src: int = 0, safe_mode: bool = False, group: Group | None = None
     ) -> Any:
         """Send ``x`` from rank ``src`` to every rank; see ``distbridge.broadcast``."""
+        if self._debug:
+            self._check_collective("broadcast", group, x=x, src=src, safe_mode=safe_mode)
         resolved = self._groups.resolve(group)
         self._check_root("src", src, resolved)
         if resolved is NOT_A_MEMBER:
@@ -109,14 +127,42 @@ class ComputationModel(BackendPrimitives):
         if x is None and (is_src or not safe_mode):
             where = "the source rank" if is_src else f"rank {self.get_rank()}"
             hint = "" if is_src else " Pass safe_mode=True to let non-source ranks pass None."
-            raise ValueError(f"broadcast got None on {where} (src={src}).{hint}")
+            error = ValueError(f"broadcast got None on {where} (src={src}).{hint}")
+            if is_src and safe_mode:  # the others wait for a header: tell them, then raise
+                values.broadcast_failure(self, error, src, resolved)
+            raise error
         return values.broadcast_value(self, x if is_src else None, src, resolved)
 
-    def barrier(self, group: Group | None = None) -> None:
+    def barrier(
+        self,
+        group: Group | None = None,
+        timeout: float | timedelta | None = None,
+        name: str | None = None,
+    ) -> None:
         """Wait until every rank of ``group`` arrives; see ``distbridge.barrier``."""
+        seconds = check_timeout(timeout)
+        check_name(name)
+        if self._debug and seconds is None:  # a timed barrier names missing ranks itself
+            self._check_collective("barrier", group)
         resolved = self._groups.resolve(group)
-        if resolved is not NOT_A_MEMBER:
+        if resolved is NOT_A_MEMBER:
+            return
+        if seconds is None:
             self._do_barrier(resolved)
+            return
+        members = self._group_members(resolved)
+        if len(members) == 1:
+            return
+        timed = self._timed_barrier()
+        if timed is not None:
+            timed.wait(members, seconds, name)
+        elif math.isinf(seconds):
+            self._do_barrier(resolved)
+        else:
+            raise NotImplementedError(
+                f"barrier(timeout={timeout!r}) needs a coordination store, and the "
+                f"{self.name} model has none; call barrier() without a timeout."
+            )
 
     def new_group(self, ranks: Sequence[int], **kwargs: Any) -> Any:
         """A group of ``ranks``, created once per distinct rank set and options, then reused."""
@@ -126,6 +172,8 @@ class ComputationModel(BackendPrimitives):
         self, tensor: torch.Tensor, shapes: Sequence[Sequence[int]], group: Group | None = None
     ) -> list[torch.Tensor]:
         """Gather tensors whose shapes differ across ranks; ``shapes[i]`` is group rank i's."""
+        if self._debug:
+            self._check_collective("all_gather_tensors_with_shapes", group, x=tensor, shapes=shapes)
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}.")
         resolved = self._groups.resolve(group)
@@ -137,6 +185,8 @@ class ComputationModel(BackendPrimitives):
                 f"shapes must be a list with one shape per group rank, e.g. [[2, 3], [4, 3]], "
                 f"got {shapes!r}."
             )
+        if not all(isinstance(d, Integral) and not isinstance(d, bool) for s in shapes for d in s):
+            raise TypeError(f"shapes must hold int dimensions, got {shapes!r}.")
         shape_list = [tuple(int(d) for d in s) for s in shapes]
         if len(shape_list) != size:
             raise ValueError(f"shapes has {len(shape_list)} entries; the group has {size} ranks.")
@@ -148,41 +198,59 @@ class ComputationModel(BackendPrimitives):
         if any(len(s) != tensor.dim() for s in shape_list):
             raise ValueError(f"Every shape must have {tensor.dim()} dimensions: {shape_list}.")
         max_shape = [max(dims) for dims in zip(*shape_list, strict=True)] if tensor.dim() else []
-        padded = tensor.new_zeros([1, *max_shape])
+        try:
+            padded = tensor.new_zeros([1, *max_shape])
+        except (RuntimeError, MemoryError) as err:  # torch: "can't allocate memory"
+            raise ValueError(
+                f"shapes {shape_list} need a buffer of shape {max_shape} on every rank, which "
+                f"cannot be allocated here ({type(err).__name__}); check the shapes."
+            ) from err
         padded[region(0, tensor.shape)] = tensor
         gathered = self._gather_tensor(padded, resolved)
         return [gathered[region(i, s)] for i, s in enumerate(shape_list)]
 
     def reduce(self, x: Any, dst: int = 0, op: str = "SUM", group: Group | None = None) -> Any:
         """Reduce onto ``dst``; see ``distbridge.reduce``."""
+        if self._debug:
+            self._check_collective("reduce", group, x=x, dst=dst, op=op)
         return extra.reduce(self, x, dst, op, group)
 
     def gather(
         self, x: Any, dst: int = 0, group: Group | None = None, same_shape: bool = False
     ) -> list[Any]:
         """Collect every rank's ``x`` on ``dst``; see ``distbridge.gather``."""
+        if self._debug:
+            self._check_collective("gather", group, x=x, dst=dst, same_shape=same_shape)
         return extra.gather(self, x, dst, group, same_shape)
 
     def scatter(
         self, tensors: Any, src: int = 0, group: Group | None = None, out: Any = None
     ) -> Any:
         """Give rank r ``tensors[r]`` from ``src``; see ``distbridge.scatter``."""
+        if self._debug:
+            self._check_collective("scatter", group, x=tensors, src=src, out=out)
         return extra.scatter(self, tensors, src, group, out)
 
     def reduce_scatter(self, tensor: Any, op: str = "SUM", group: Group | None = None) -> Any:
         """Reduce, then give rank r chunk r; see ``distbridge.reduce_scatter``."""
+        if self._debug:
+            self._check_collective("reduce_scatter", group, x=tensor, op=op)
         return extra.reduce_scatter(self, tensor, op, group)
 
     def all_to_all(
         self, tensors: Any, group: Group | None = None, same_shape: bool = False
     ) -> list[torch.Tensor]:
         """Send ``tensors[j]`` to rank j; see ``distbridge.all_to_all``."""
+        if self._debug:
+            self._check_collective("all_to_all", group, x=tensors, same_shape=same_shape)
         return extra.all_to_all(self, tensors, group, same_shape)
 
     def all_gather_object(
         self, obj: Any, group: Group | None = None, serializer: Serializer | None = None
     ) -> list[Any]:
         """Every rank's ``obj``; see ``distbridge.all_gather_object``."""
+        if self._debug:
+            self._check_collective("all_gather_object", group)
         return objects.all_gather_object(self, obj, group, serializer)
 
     def gather_object(
@@ -193,6 +261,8 @@ class ComputationModel(BackendPrimitives):
         serializer: Serializer | None = None,
     ) -> list[Any]:
         """Every rank's ``obj`` on ``dst``; see ``distbridge.gather_object``."""
+        if self._debug:
+            self._check_collective("gather_object", group, dst=dst)
         return objects.gather_object(self, obj, dst, group, serializer)
 
     def broadcast_object(
@@ -203,6 +273,8 @@ class ComputationModel(BackendPrimitives):
         serializer: Serializer | None = None,
     ) -> Any:
         """Rank ``src``'s ``obj`` on every rank; see ``distbridge.broadcast_object``."""
+        if self._debug:
+            self._check_collective("broadcast_object", group, src=src)
         return objects.broadcast_object(self, obj, src, group, serializer)
 
     def scatter_object(
@@ -213,7 +285,22 @@ class ComputationModel(BackendPrimitives):
         serializer: Serializer | None = None,
     ) -> Any:
         """``objs[r]`` from ``src`` on group rank r; see ``distbridge.scatter_object``."""
+        if self._debug:
+            self._check_collective("scatter_object", group, x=objs, src=src)
         return objects.scatter_object(self, objs, src, group, serializer)
+
+    # ---- debug mode --------------------------------------------------------------------------
+
+    def _check_collective(self, call: str, group: Any, **args: Any) -> None:
+        """Debug mode: compare this collective with the other members' before running it;
+        `CollectiveMismatch` on every rank when they differ (see ``models/_debug.py``)."""
+        self._debug_checker.check(self, call, group, args)
+
+    def _set_debug(self, debug_flag: bool | None) -> Self:
+        """Turn the debug mode on or off (None: keep what ``DISTBRIDGE_DEBUG`` said)."""
+        if debug_flag is not None:
+            self._debug = debug_flag
+        return self
 
     # ---- the shared algorithm ----------------------------------------------------------------
 
@@ -262,6 +349,40 @@ class ComputationModel(BackendPrimitives):
         )
         if direct:
             self._fast_reduce[(op, x.dtype, x.device, x.layout)] = name
+
+    # ---- timed barriers and stack dumps -------------------------------------------------------
+
+    def _timed_barrier(self) -> StoreBarrier | None:
+        """The timed barriers over the coordination store (None without one), and the stack
+        watcher beside them; made on first use, which must happen on every rank alike."""
+        if self._timed is None:
+            store = self._coordination_store()
+            if store is None:
+                return None
+            ref = weakref.ref(self)
+
+            def alive() -> bool:
+                model = ref()
+                return model is not None and model.is_current()
+
+            self._watcher = StackWatcher(store, self.get_rank(), alive)
+            self._timed = StoreBarrier(store, self.get_rank(), self._dump_all_stacks)
+        return self._timed
+
+    def _dump_all_stacks(self, reason: str) -> str:
+        """Log this rank's stacks and ask every rank that has a stack watcher for theirs."""
+        text = dump(self.get_rank(), reason)
+        if self._watcher is not None:
+            self._watcher.request(reason)
+        return text
+
+    def _abort_barrier(self, group: Group | None, message: str) -> None:
+        """Skip this rank's next timed barrier on ``group``: its members waiting there raise
+        ``DistributedError(message)`` instead of waiting for this rank."""
+        resolved = self._groups.resolve(group)
+        timed = None if resolved is NOT_A_MEMBER else self._timed_barrier()
+        if timed is not None:
+            timed.abort(self._group_members(resolved), message)
 
     def _check_root(self, name: str, root: object, group: Any) -> None:
         """Validate a source / destination global rank (``src``, ``dst``) for ``group``."""

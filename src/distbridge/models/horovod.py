@@ -23,6 +23,8 @@ from typing_extensions import Self, override
 from distbridge._types import SpawnResult
 from distbridge.errors import BackendUnavailableError, DistributedError
 from distbridge.models import _carriers as carriers
+from distbridge.models import _coordination as coordination
+from distbridge.models._debug import debug_flag
 from distbridge.models._horovod_env import environ, hvd_module, mpi_outlives_shutdown, unavailable
 from distbridge.models._layout import Layout
 from distbridge.models.base import ComputationModel
@@ -31,7 +33,7 @@ __all__ = ["HorovodModel"]
 
 _CPU = torch.device("cpu")
 _DYNAMIC_VAR = "HOROVOD_DYNAMIC_PROCESS_SETS"
-_INIT_KWARGS = ("comm", "process_sets")
+_INIT_KWARGS = ("comm", "process_sets", "debug")
 SPAWN_OPTIONS = ("hosts", "nnodes", "node_rank", "job_timeout", "start_timeout", "verbose")
 #: dtypes Horovod reduces itself (CPU and CUDA).
 _REDUCED = frozenset((torch.int32, torch.int64, torch.float16, torch.float32, torch.float64))
@@ -73,6 +75,7 @@ class HorovodModel(ComputationModel):
         self._mpi_ops = sys.modules["horovod.torch.mpi_ops"]
         self._token = self._mpi_ops._handle_map  # a new dict on every hvd.init()
         self._layout = layout
+        self._store: Any = None  # the coordination store, made on first use
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         local = layout.local_rank
         self._device = torch.device(f"cuda:{local}") if local < gpus else _CPU
@@ -122,6 +125,7 @@ class HorovodModel(ComputationModel):
                 f"initialize({backend!r}) got unexpected keyword arguments {unknown}; "
                 f"Horovod takes {', '.join(_INIT_KWARGS)} (passed to hvd.init)."
             )
+        debug = debug_flag(kwargs.get("debug"))
         reason = cls.unavailable_reason(backend)
         if reason is not None:
             raise BackendUnavailableError(f"Backend {backend!r} is not available: {reason}.")
@@ -148,7 +152,7 @@ class HorovodModel(ComputationModel):
             raise DistributedError("hvd.init() returned but Horovod is not initialized.")
         if model._device.type == "cuda":
             torch.cuda.set_device(model._device)
-        return model
+        return model._set_debug(debug)
 
     @classmethod
     def _init_environ(cls) -> dict[str, str]:
@@ -234,6 +238,7 @@ class HorovodModel(ComputationModel):
                 type(self)._mpi_finalized = True  # hvd.shutdown() ends MPI for this process
             self._hvd.shutdown()
         self._groups.clear()
+        self._store = None
 
     # ---- primitives --------------------------------------------------------------------------
 
@@ -338,6 +343,19 @@ class HorovodModel(ComputationModel):
         name = f"distbridge.broadcast.{ps.process_set_id}.{src}"
         self._hvd.broadcast_(work, root_rank=src, name=name, process_set=ps)
         return tensor
+
+    @override
+    def _coordination_store(self) -> Any | None:
+        # Rank 0 hosts a TCPStore; one broadcast (inside the collective call that first needs
+        # the store, made by every rank) tells the others where. Under horovodrun, rank 0's
+        # address is the one on its route to the rendezvous server all hosts reach.
+        if self._store is None and self._layout.world_size > 1:
+            toward = os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR")
+            address = coordination.reachable_address(self._layout.nnodes, toward)
+            self._store = coordination.host_store(
+                self._layout.rank, address, lambda t: self._do_broadcast(t, 0, None)
+            )
+        return self._store
 
     @override
     def _do_barrier(self, group: Any) -> None:

@@ -9,7 +9,6 @@ store; adopting a context never communicates.
 from __future__ import annotations
 
 import os
-import socket
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -21,21 +20,26 @@ from typing_extensions import Self, override
 from distbridge import environments
 from distbridge._types import SpawnResult
 from distbridge.errors import BackendUnavailableError, DistributedError
+from distbridge.models import _coordination as coordination
+from distbridge.models import _fail_together as fail_together
 from distbridge.models._carriers import UNCARRIED_BY_C10D
+from distbridge.models._debug import debug_flag
 from distbridge.models._layout import (
     Layout,
     LayoutQueries,
     export_layout,
     layout_from_env,
     layout_from_store,
+    node_name,
 )
+from distbridge.models._native_checks import check_group_options, optional_argument
 from distbridge.models._native_init import as_timeout, init_process_group
 from distbridge.models.base import ComputationModel
 
 __all__ = ["NativeModel"]
 
 _CPU = torch.device("cpu")
-_INIT_KWARGS = ("timeout", "init_method", "rank", "world_size")
+_INIT_KWARGS = ("timeout", "init_method", "rank", "world_size", "debug")
 _SLOT_BROADCAST_BYTES = 1 << 20  # above this, gloo gathers objects by broadcasts (less memory)
 SPAWN_OPTIONS = (
     "nnodes", "node_rank", "master_addr", "master_port", "init_method", "timeout",
@@ -112,6 +116,7 @@ class NativeModel(LayoutQueries, ComputationModel):
         self._layout = layout
         self._env_restore = dict(env_set or {})
         self._emulated: set[str] = set()  # ops this backend refused; the base class emulates them
+        self._store: Any = None  # the coordination store, made on first use
         # As in ignite: with CUDA present, every native backend computes on cuda:<local rank>.
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         use_gpu = backend == "nccl" or layout.local_rank < gpus
@@ -179,6 +184,7 @@ class NativeModel(LayoutQueries, ComputationModel):
                 f"initialize({backend!r}) got unexpected keyword arguments {unknown}; "
                 f"the native backends take {', '.join(_INIT_KWARGS)}."
             )
+        debug = debug_flag(kwargs.get("debug"))
         reason = cls.unavailable_reason(backend) if backend in cls.backends else "unknown"
         if reason is not None:
             raise BackendUnavailableError(f"Backend {backend!r} is not available: {reason}.")
@@ -190,19 +196,20 @@ class NativeModel(LayoutQueries, ComputationModel):
         init_process_group(
             backend,
             timeout=as_timeout(kwargs.get("timeout")),
-            init_method=kwargs.get("init_method"),
-            rank=kwargs.get("rank"),
-            world_size=kwargs.get("world_size"),
+            init_method=optional_argument("init_method", kwargs.get("init_method"), str, 0),
+            rank=optional_argument("rank", kwargs.get("rank"), int, 0),
+            world_size=optional_argument("world_size", kwargs.get("world_size"), int, 1),
         )
         rank, world = dist.get_rank(), dist.get_world_size()
-        layout = layout_from_env(environments.detect(), rank, world, guess=False)
+        launch = environments.detect()
+        layout = layout_from_env(launch, rank, world, guess=False)
         if layout is None:
-            layout = layout_from_store(
-                _c10d._get_default_store(), rank, world, socket.gethostname()
-            )
+            layout = layout_from_store(_c10d._get_default_store(), rank, world, node_name(launch))
         if backend == "nccl":
             torch.cuda.set_device(layout.local_rank)
-        return cls(backend, layout, env_set=export_layout(layout))
+        if world > 1:  # an uncaught exception here makes the peers raise PeerFailed
+            fail_together.install_excepthook(rank)
+        return cls(backend, layout, env_set=export_layout(layout))._set_debug(debug)
 
     @classmethod
     @override
@@ -242,9 +249,12 @@ class NativeModel(LayoutQueries, ComputationModel):
 
     @override
     def finalize(self) -> None:
+        fail_together.uninstall_excepthook()
         if self.is_current():
+            fail_together.leave(self._layout.rank)  # the peers tell "left" from "failed"
             dist.destroy_process_group()
         self._groups.clear()
+        self._store = None
         for key, old in self._env_restore.items():
             if old is None:
                 os.environ.pop(key, None)
@@ -269,11 +279,13 @@ class NativeModel(LayoutQueries, ComputationModel):
         return tensor.device if tensor.device.type in ("cpu", "cuda") else _CPU
 
     @override
+    @fail_together.translate_peer_failure
     def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
         dist.all_reduce(tensor, op=_OPS[op], group=group)
         return tensor
 
     @override
+    @fail_together.translate_peer_failure
     def _do_all_gather(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
         size = self._group_size(group)
         out = tensor.new_empty((size * tensor.shape[0], *tensor.shape[1:]))
@@ -281,11 +293,13 @@ class NativeModel(LayoutQueries, ComputationModel):
         return out
 
     @override
+    @fail_together.translate_peer_failure
     def _do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor:
         dist.broadcast(tensor, src=src, group=group)
         return tensor
 
     @override
+    @fail_together.translate_peer_failure
     def _do_all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor, group: Any) -> None:
         slot = tensor.numel()
         if self._backend != "gloo" or slot * tensor.element_size() < _SLOT_BROADCAST_BYTES:
@@ -309,11 +323,13 @@ class NativeModel(LayoutQueries, ComputationModel):
         return self._groups.get(ranks, backend="gloo"), _CPU
 
     @override
+    @fail_together.translate_peer_failure
     def _do_reduce(self, tensor: torch.Tensor, dst: int, op: str, group: Any) -> torch.Tensor:
         dist.reduce(tensor, dst=dst, op=_OPS[op], group=group)
         return tensor
 
     @override
+    @fail_together.translate_peer_failure
     def _do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:
         is_dst = self._layout.rank == dst
         parts = (
@@ -323,6 +339,7 @@ class NativeModel(LayoutQueries, ComputationModel):
         return parts
 
     @override
+    @fail_together.translate_peer_failure
     def _do_scatter(
         self, chunks: list[torch.Tensor] | None, out: torch.Tensor, src: int, group: Any
     ) -> torch.Tensor:
@@ -330,6 +347,7 @@ class NativeModel(LayoutQueries, ComputationModel):
         return out
 
     @override
+    @fail_together.translate_peer_failure
     def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
         if "reduce_scatter" not in self._emulated:
             out = tensor.new_empty((tensor.shape[0] // self._group_size(group), *tensor.shape[1:]))
@@ -341,6 +359,7 @@ class NativeModel(LayoutQueries, ComputationModel):
         return super()._do_reduce_scatter(tensor, op, group)
 
     @override
+    @fail_together.translate_peer_failure
     def _do_all_to_all(
         self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
     ) -> torch.Tensor:
@@ -362,6 +381,19 @@ class NativeModel(LayoutQueries, ComputationModel):
         self._emulated.add(op)
 
     @override
+    def _coordination_store(self) -> Any | None:
+        # The default group's own store; MPI rendezvous without one: rank 0 hosts a TCPStore.
+        if self._store is None and self._layout.world_size > 1 and self.is_current():
+            self._store = coordination.job_store(
+                self._layout.rank,
+                self._layout.nnodes,
+                coordination.default_store(),
+                lambda tensor: self._do_broadcast(tensor, 0, None),
+            )
+        return self._store
+
+    @override
+    @fail_together.translate_peer_failure
     def _do_barrier(self, group: Any) -> None:
         if self._backend == "nccl":
             dist.barrier(group=group, device_ids=[self._layout.local_rank])
@@ -370,6 +402,7 @@ class NativeModel(LayoutQueries, ComputationModel):
 
     @override
     def _make_group(self, ranks: tuple[int, ...], **kwargs: Any) -> Any:
+        check_group_options(kwargs)
         return dist.new_group(ranks=list(ranks), **kwargs)
 
     @override

@@ -2,18 +2,31 @@
 
 Its validation is the base class's, so a bad argument fails here exactly as it
 would with 4 ranks: bugs surface on the laptop, not on the cluster.
+
+Before ``initialize()``, a process started by a launcher (torchrun, srun, mpirun, ...) is
+already one rank of a larger job. The rank queries then answer with the launcher's values,
+read once when the model is created (at import, and again by ``idist.sync()``,
+``finalize()`` and ``reset_state()``), so logging setup and config parsing can use them.
+Its collectives refuse, though: a world-of-one answer on rank 2 of 4 would be silently
+wrong, so they raise ``DistributedError`` saying to call ``idist.initialize(backend)``.
 """
 
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol
 
 import torch
+import torch.distributed as dist
 from typing_extensions import Self, override
 
+from distbridge import environments
 from distbridge._types import SpawnResult
+from distbridge.errors import DistributedError
+from distbridge.models._layout import Layout, layout_from_env
+from distbridge.models._native_checks import check_group_options
 from distbridge.models.base import ComputationModel
 
 __all__ = ["SerialModel"]
@@ -37,10 +50,41 @@ class _NoProbes:
 
 
 _MODULES = sys.modules
+_ALONE = Layout(rank=0, world_size=1, local_rank=0, nproc_per_node=1, nnodes=1, node_rank=0)
+
+
+def _launched() -> tuple[Layout, str | None]:
+    """This process's place in the job its launcher describes (a world of one without one),
+    and why collectives must refuse (None: they answer as a world of one)."""
+    try:
+        launch = environments.detect()
+    except ValueError as err:
+        warnings.warn(
+            f"distbridge ignores the launcher's environment: {err} Until then, rank queries "
+            "answer as a world of one.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return _ALONE, f"the launcher's environment is malformed: {err}"
+    if launch is None:
+        return _ALONE, None
+    layout = layout_from_env(launch, launch.rank, launch.world_size)
+    if launch.world_size == 1:
+        return layout, None
+    return layout, (
+        f"this process is rank {launch.rank} of {launch.world_size} ({launch.launcher}), "
+        "but no process group is initialized"
+    )
 
 
 class SerialModel(ComputationModel):
-    """The model in force when no distributed context exists."""
+    """The model in force when no distributed context exists.
+
+    The rank queries answer with the launcher's values when a launcher started this process
+    (read once, here; ``idist.sync()`` reads them again), else as a world of one. Collectives
+    answer as a world of one, except under a launcher of several ranks: they raise
+    ``DistributedError`` until ``idist.initialize(backend)`` creates the context.
+    """
 
     name: ClassVar[str] = "serial"
     backends: ClassVar[tuple[str, ...]] = ()
@@ -53,6 +97,12 @@ class SerialModel(ComputationModel):
         self._watch = watch if watch is not None else _NoProbes()
         # As in ignite: "cuda" when a GPU is visible, even without a distributed context.
         self._device = torch.device("cuda") if torch.cuda.is_available() else _CPU
+        layout, refusal = _launched()
+        # Plain attributes: get_rank() is on logging's hot path.
+        self._rank, self._world_size = layout.rank, layout.world_size
+        self._local_rank, self._nproc_per_node = layout.local_rank, layout.nproc_per_node
+        self._nnodes, self._node_rank = layout.nnodes, layout.node_rank
+        self._refusal = refusal
 
     @classmethod
     @override
@@ -103,27 +153,27 @@ class SerialModel(ComputationModel):
 
     @override
     def get_rank(self) -> int:
-        return 0
+        return self._rank
 
     @override
     def get_world_size(self) -> int:
-        return 1
+        return self._world_size
 
     @override
     def get_local_rank(self) -> int:
-        return 0
+        return self._local_rank
 
     @override
     def get_nproc_per_node(self) -> int:
-        return 1
+        return self._nproc_per_node
 
     @override
     def get_nnodes(self) -> int:
-        return 1
+        return self._nnodes
 
     @override
     def get_node_rank(self) -> int:
-        return 0
+        return self._node_rank
 
     @override
     def device(self) -> torch.device:
@@ -131,7 +181,7 @@ class SerialModel(ComputationModel):
 
     @override
     def set_local_rank(self, index: int) -> None:
-        pass  # a world of one has local rank 0 whatever the hint
+        pass  # the hint is for contexts adopted later; before one, the launcher's value holds
 
     @override
     def finalize(self) -> None:
@@ -149,28 +199,79 @@ class SerialModel(ComputationModel):
     def _placement(self, tensor: torch.Tensor) -> torch.device:
         return tensor.device  # nothing travels: leave tensors where they are
 
+    # Every primitive first refuses under a launcher of several ranks: the arguments are
+    # validated by the base class before, so a bad call fails as it would on any model.
+
+    def _refuse_if_launched(self) -> None:
+        if self._refusal is not None:
+            raise DistributedError(
+                f"Collectives need a distributed context: {self._refusal}. Call "
+                "idist.initialize(backend) first (e.g. idist.initialize('gloo'), or "
+                "'nccl' on GPUs), or use idist.Parallel(backend)."
+            )
+
     @override
     def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
+        self._refuse_if_launched()
         return tensor
 
     @override
     def _do_all_gather(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
+        self._refuse_if_launched()
         return tensor.clone()
 
     @override
     def _do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor:
+        self._refuse_if_launched()
         return tensor
 
     @override
     def _do_barrier(self, group: Any) -> None:
-        pass
+        self._refuse_if_launched()
+
+    @override
+    def _do_reduce(self, tensor: torch.Tensor, dst: int, op: str, group: Any) -> torch.Tensor:
+        self._refuse_if_launched()
+        return tensor
+
+    @override
+    def _do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:
+        self._refuse_if_launched()
+        return [tensor.clone()]
+
+    @override
+    def _do_scatter(
+        self, chunks: list[torch.Tensor] | None, out: torch.Tensor, src: int, group: Any
+    ) -> torch.Tensor:
+        self._refuse_if_launched()
+        return super()._do_scatter(chunks, out, src, group)
+
+    @override
+    def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
+        self._refuse_if_launched()
+        return super()._do_reduce_scatter(tensor, op, group)
+
+    @override
+    def _do_all_to_all(
+        self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
+    ) -> torch.Tensor:
+        self._refuse_if_launched()
+        return super()._do_all_to_all(data, in_splits, out_splits, group)
+
+    @override
+    def _do_all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor, group: Any) -> None:
+        self._refuse_if_launched()
+        super()._do_all_gather_into(out, tensor, group)
 
     @override
     def _make_group(self, ranks: tuple[int, ...], **kwargs: Any) -> Any:
-        if kwargs:
+        self._refuse_if_launched()
+        if kwargs and dist.is_available():  # the options of the native model, checked alike
+            check_group_options(kwargs)
+        elif kwargs:
             raise TypeError(
                 f"new_group() got unexpected keyword arguments {sorted(kwargs)} "
-                "(the serial model takes none)."
+                "(this torch has no torch.distributed)."
             )
         return list(ranks)
 
@@ -180,14 +281,17 @@ class SerialModel(ComputationModel):
             f"The serial model takes group=None or a list of ranks such as [0], got {group!r}."
         )
 
+    # The world is the launcher's (validation matches the live model's); a group exists
+    # only in a world of one (``_make_group`` refuses otherwise), so it is ``[0]``.
+
     @override
     def _group_size(self, group: Any) -> int:
-        return 1
+        return self._world_size if group is None else 1
 
     @override
     def _group_rank(self, group: Any) -> int:
-        return 0
+        return self._rank if group is None else 0
 
     @override
     def _group_members(self, group: Any) -> tuple[int, ...]:
-        return (0,)
+        return tuple(range(self._world_size)) if group is None else (0,)

@@ -40,6 +40,8 @@ from typing_extensions import Self, override
 from distbridge._types import SpawnResult
 from distbridge.errors import BackendUnavailableError, DistributedError
 from distbridge.models import _carriers as carriers
+from distbridge.models import _coordination as coordination
+from distbridge.models._debug import debug_flag
 from distbridge.models._layout import Layout, LayoutQueries
 from distbridge.models.base import ComputationModel
 from distbridge.models.native import _default_pg
@@ -203,6 +205,7 @@ class XlaModel(LayoutQueries, ComputationModel):
         self._pg = pg
         self._live = True
         self._exact: dict[torch.dtype, bool] = {}
+        self._store: Any = None  # the coordination store (several replicas only)
         self._reducible: dict[tuple[torch.dtype, str], bool] = {}
 
     # ---- class level -----------------------------------------------------------------------
@@ -237,11 +240,13 @@ class XlaModel(LayoutQueries, ComputationModel):
     @classmethod
     @override
     def from_backend(cls, backend: str, **kwargs: Any) -> Self:
-        if kwargs:
+        unknown = sorted(set(kwargs) - {"debug"})
+        if unknown:
             raise TypeError(
-                f"initialize({backend!r}) got unexpected keyword arguments {sorted(kwargs)}; "
-                "the XLA backend takes none (the runtime knows the replicas)."
+                f"initialize({backend!r}) got unexpected keyword arguments {unknown}; "
+                "the XLA backend takes none besides debug (the runtime knows the replicas)."
             )
+        debug = debug_flag(kwargs.get("debug"))
         reason = cls.unavailable_reason(backend)
         if reason is not None:
             raise BackendUnavailableError(f"Backend {backend!r} is not available: {reason}.")
@@ -265,7 +270,7 @@ class XlaModel(LayoutQueries, ComputationModel):
             raise
         cls._left = False
         xm.rendezvous("distbridge.initialize")
-        return model
+        return model._set_debug(debug)
 
     @classmethod
     @override
@@ -307,6 +312,7 @@ class XlaModel(LayoutQueries, ComputationModel):
         self._live = False
         type(self)._left = True
         self._groups.clear()
+        self._store = None
 
     # ---- primitives --------------------------------------------------------------------------
 
@@ -393,6 +399,22 @@ class XlaModel(LayoutQueries, ComputationModel):
         self._xm.all_reduce("sum", summed, groups=self._replica_groups(group))
         raw = summed[0] if _on_xla(tensor) else self._cpu(summed[0])
         return carriers.from_bytes(raw, tensor.dtype, tuple(tensor.shape))
+
+    @override
+    def _coordination_store(self) -> Any | None:
+        # Untested here (the XLA CPU device cannot replicate): under torchrun the "xla" process
+        # group's store; under xmp.spawn rank 0 hosts a TCPStore and broadcasts its address.
+        if self._store is None and self._layout.world_size > 1:
+            self._store = self._replica_store()  # several replicas only
+        return self._store
+
+    def _replica_store(self) -> Any:  # several replicas only
+        pg_store = None  # several replicas only
+        if self._pg is not None:  # torchrun's "xla" group  # several replicas only
+            pg_store = coordination.default_store()  # several replicas only
+        share = functools.partial(self._do_broadcast, src=0, group=None)  # several replicas only
+        rank, nnodes = self._layout.rank, self._layout.nnodes  # several replicas only
+        return coordination.job_store(rank, nnodes, pg_store, share)  # several replicas only
 
     @override
     def _do_barrier(self, group: Any) -> None:

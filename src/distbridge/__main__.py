@@ -1,0 +1,76 @@
+"""``python -m distbridge``: the command line (``info`` and ``check``; see ``docs/cli.md``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    from distbridge.cli.check import DEFAULT_SIZES
+
+    parser = argparse.ArgumentParser(
+        prog="python -m distbridge", description="Inspect and check a distributed setup."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    info = commands.add_parser(
+        "info",
+        help="the detected launcher, what initialize() would do, backends, versions, devices",
+        description="Print where this process is and what initialize() would do; "
+        "creates no distributed context.",
+    )
+    info.add_argument("--json", action="store_true", help="one JSON object (see docs/cli.md)")
+    check = commands.add_parser(
+        "check",
+        help="a short timed all_reduce across the world: latency and bandwidth per size",
+        description="Verify and time an all_reduce per message size across the detected world "
+        "(under torchrun, srun, mpirun: every rank runs it, rank 0 prints), or across "
+        "--nproc local workers.",
+    )
+    check.add_argument(
+        "--backend", help="gloo, nccl, mpi, ... (default: nccl with CUDA, else gloo)"
+    )
+    check.add_argument("--nproc", type=int, help="spawn this many local workers")
+    check.add_argument(
+        "--sizes", default=DEFAULT_SIZES, help=f"bytes, comma-separated (default: {DEFAULT_SIZES})"
+    )
+    check.add_argument("--iters", type=int, default=10, help="timed rounds per size (default: 10)")
+    check.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds before giving up (default: 300)"
+    )
+    check.add_argument("--json", action="store_true", help="one JSON object (see docs/cli.md)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default: ``sys.argv[1:]``), run the command, return its exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "info":
+        from distbridge.cli import info
+
+        return info.main(args.json)
+    from distbridge.cli import check
+    from distbridge.cli._format import parse_sizes
+    from distbridge.cli.info import default_backend
+
+    if args.nproc is not None and args.nproc < 1:
+        parser.error(f"--nproc must be at least 1, got {args.nproc!r}")
+    if args.iters < 1:
+        parser.error(f"--iters must be at least 1, got {args.iters!r}")
+    if args.timeout <= 0:
+        parser.error(f"--timeout must be a positive number of seconds, got {args.timeout!r}")
+    try:
+        sizes = parse_sizes(args.sizes)
+    except ValueError as err:
+        parser.error(str(err))
+    backend = args.backend or default_backend()
+    options = check.CheckOptions(backend, sizes, args.iters, args.nproc, args.timeout)
+    return check.main(options, args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

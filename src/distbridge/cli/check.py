@@ -1,0 +1,210 @@
+"""``python -m distbridge check``: a short timed all-reduce across a world, per message size.
+
+Under a launcher (torchrun, srun, mpirun, ...) every rank runs it and rank 0 prints; with
+``--nproc N`` it spawns N local workers; otherwise it runs alone, a world of one. Each size
+is all-reduced once and verified (a wrong sum is a failure), then timed over ``iters``
+rounds; the latency is the slowest rank's mean, and the bandwidths follow nccl-tests:
+algbw = bytes / latency, busbw = algbw * 2 (n - 1) / n.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+import distbridge as idist
+from distbridge import environments
+from distbridge._registry import registry
+from distbridge.cli._format import format_check
+from distbridge.errors import BackendUnavailableError, DistributedError, WorkerFailedError
+
+__all__ = ["CheckOptions", "main", "measure", "run"]
+
+SCHEMA_VERSION = 1
+DEFAULT_SIZES = "4,64,1K,16K,256K,4M,64M"
+USAGE_ERROR = 2  # the exit code of a bad argument (as argparse's); a failed check exits 1
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """What to check: ``backend`` over ``sizes`` (bytes), ``iters`` timed rounds per size,
+    on ``nproc`` spawned workers (None: the detected world), within ``timeout`` seconds."""
+
+    backend: str
+    sizes: tuple[int, ...]
+    iters: int = 10
+    nproc: int | None = None
+    timeout: float = 300.0
+
+
+def main(options: CheckOptions, as_json: bool) -> int:
+    """Run the check and print its report (under a launcher, rank 0 prints); the exit code."""
+    report, code = run(options)
+    if code == USAGE_ERROR and not as_json:
+        print(f"distbridge check: error: {report['error']['message']}", file=sys.stderr)
+    elif _rank() == 0:
+        print(json.dumps(report, indent=2) if as_json else format_check(report), flush=True)
+    return code
+
+
+def _rank() -> int:
+    try:
+        launch = environments.detect()
+    except ValueError:
+        return 0
+    return 0 if launch is None else launch.rank
+
+
+def measure(sizes: tuple[int, ...], iters: int) -> list[dict[str, Any]]:
+    """Verify and time an all-reduce of each size in the active context (every rank calls
+    this). Without a distributed context it times a world of one."""
+    world, rank, device = idist.get_world_size(), idist.get_rank(), idist.device()
+    expected = world * (world + 1) / 2  # the sum of rank + 1 over the world
+    rows = []
+    for size in sizes:
+        data = torch.full((size // 4,), float(rank + 1), dtype=torch.float32, device=device)
+        total = idist.all_reduce(data)
+        if not bool(torch.all(total == expected)):
+            raise RuntimeError(
+                f"all_reduce of {size} bytes gave wrong values on rank {rank}: expected "
+                f"{expected} everywhere, got {total.flatten()[:4].tolist()}..."
+            )
+        data = torch.zeros_like(data)  # sums of zeros stay finite for any number of rounds
+        idist.barrier()
+        _synchronize(device)
+        start = time.perf_counter()
+        for _ in range(iters):
+            data = idist.all_reduce(data)
+        _synchronize(device)
+        latency = idist.all_reduce(time.perf_counter() - start, op="MAX") / iters
+        algbw = size / latency
+        rows.append(
+            {
+                "bytes": size,
+                "latency_s": latency,
+                "algbw_bytes_per_s": algbw,
+                "busbw_bytes_per_s": algbw * 2 * (world - 1) / world,
+            }
+        )
+    return rows
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _spawned(local_rank: int, sizes: tuple[int, ...], iters: int) -> list[dict[str, Any]]:
+    """What each worker of ``--nproc`` runs (top level, so spawned workers can import it)."""
+    return measure(sizes, iters)
+
+
+def run(options: CheckOptions) -> tuple[dict[str, Any], int]:
+    """Run the check; return its report (the ``--json`` output) and the exit code.
+
+    Exit codes: 0 passed, 1 the check failed (the report names the rank), 2 a bad argument
+    or an unavailable backend.
+    """
+    report: dict[str, Any] = {
+        "schema": SCHEMA_VERSION,
+        "ok": False,
+        "backend": options.backend,
+        "world_size": options.nproc or 1,
+        "launcher": None,
+        "iters": options.iters,
+        "results": [],
+        "error": None,
+    }
+    try:
+        model = registry.for_backend(options.backend)
+        launch = environments.detect()
+    except (BackendUnavailableError, ValueError) as err:
+        report["error"] = _error(None, err)
+        return report, USAGE_ERROR
+    if options.nproc is not None and launch is not None:
+        message = (
+            f"--nproc {options.nproc} spawns its own world, but this process is already rank "
+            f"{launch.rank} of {launch.world_size} under {launch.launcher}. Drop --nproc to "
+            "check the launcher's world, or run outside the launcher."
+        )
+        report["error"] = {"rank": None, "message": message, "traceback": ""}
+        return report, USAGE_ERROR
+    if options.nproc is not None:
+        return _run_spawned(options, model.spawn_options, report)
+    report["launcher"] = launch.launcher if launch else None
+    report["world_size"] = launch.world_size if launch else 1
+    init_kwargs = {"timeout": options.timeout} if "timeout" in model.spawn_options else {}
+    return _run_here(options, 0 if launch is None else launch.rank, init_kwargs, report)
+
+
+def _run_spawned(
+    options: CheckOptions, spawn_options: tuple[str, ...], report: dict[str, Any]
+) -> tuple[dict[str, Any], int]:
+    """Spawn ``options.nproc`` local workers that measure; rank 0's rows are the report's."""
+    report.update(launcher="spawn", world_size=options.nproc)
+    # job_timeout bounds the whole job; timeout (native models) the process group's waits.
+    bounds: dict[str, Any] = {
+        k: options.timeout for k in ("job_timeout", "timeout") if k in spawn_options
+    }
+    try:
+        results = idist.spawn(
+            options.backend,
+            _spawned,
+            args=(options.sizes, options.iters),
+            nproc_per_node=options.nproc or 1,
+            **bounds,
+        )
+    except WorkerFailedError as err:
+        summary = str(err).split("\n\n", 1)[0]  # the rest repeats the traceback
+        report["error"] = {"rank": err.rank, "message": summary, "traceback": err.worker_traceback}
+        return report, 1
+    except DistributedError as err:  # a timeout, or the job could not start
+        report["error"] = _error(None, err)
+        return report, 1
+    report.update(ok=True, results=results[0])
+    return report, 0
+
+
+def _run_here(
+    options: CheckOptions, rank: int, init_kwargs: dict[str, Any], report: dict[str, Any]
+) -> tuple[dict[str, Any], int]:
+    """Initialize in this process (a rank of the launcher's world), measure, finalize."""
+    watchdog = threading.Timer(options.timeout, _expire, args=(rank, options.timeout))
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        idist.initialize(options.backend, **init_kwargs)
+        try:
+            report.update(ok=True, results=measure(options.sizes, options.iters))
+        finally:
+            idist.finalize()
+    except Exception as err:  # reported with this rank; the launcher stops the others
+        report.update(ok=False, error=_error(rank, err, traceback.format_exc()))
+        if rank != 0:
+            print(f"distbridge check: rank {rank} failed: {err}", file=sys.stderr)
+        return report, 1
+    finally:
+        watchdog.cancel()
+    return report, 0
+
+
+def _expire(rank: int, seconds: float) -> None:
+    """The ``--timeout`` watchdog of a rank under a launcher: say so, and exit."""
+    print(
+        f"distbridge check: rank {rank} did not finish within --timeout {seconds:g} s; exiting.",
+        file=sys.stderr,
+        flush=True,
+    )
+    os._exit(1)
+
+
+def _error(rank: int | None, err: BaseException, trace: str = "") -> dict[str, Any]:
+    return {"rank": rank, "message": f"{type(err).__name__}: {err}", "traceback": trace}

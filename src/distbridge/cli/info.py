@@ -1,0 +1,211 @@
+"""``python -m distbridge info``: the launcher environment, what ``initialize()`` would do,
+the backends, versions and devices, gathered without creating any distributed context.
+
+`collect` returns one JSON-ready dict; its keys are the schema documented in ``docs/cli.md``
+(bump `SCHEMA_VERSION` when a key changes meaning or disappears; adding keys is compatible).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import socket
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import distbridge
+from distbridge import environments
+from distbridge._registry import registry
+from distbridge.cli._format import format_info
+
+__all__ = ["SCHEMA_VERSION", "collect", "default_backend", "main"]
+
+SCHEMA_VERSION = 1
+
+# The variable with which a launcher says it hosts the store (torchrun, distbridge.spawn);
+# ``initialize`` then connects to that store instead of hosting one on rank 0.
+_AGENT_STORE_VAR = "TORCHELASTIC_USE_AGENT_STORE"
+_TORCHELASTIC = "torchelastic"  # torchrun and spawn: env:// or the launcher's own store
+_LAUNCH_FIELDS = (
+    "rank", "world_size", "local_rank", "local_world_size", "node_rank", "nnodes",
+    "master_addr", "master_port",
+)  # fmt: skip
+
+
+def default_backend() -> str:
+    """The backend the CLI uses when none is given: "nccl" with a CUDA GPU, else "gloo"."""
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def main(as_json: bool) -> int:
+    """Print the report of `collect` (JSON or text); the exit code (0)."""
+    report = collect()
+    print(json.dumps(report, indent=2) if as_json else format_info(report))
+    return 0
+
+
+def collect(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Everything ``info`` reports, as one JSON-ready dict.
+
+    Args:
+        env: the environment variables to read the launcher from (default: ``os.environ``).
+            Backends, versions and devices always describe this machine.
+    """
+    env = os.environ if env is None else env
+    launch, caught, error = _detect(env)
+    return {
+        "schema": SCHEMA_VERSION,
+        "hostname": socket.gethostname(),
+        "launcher": launch,
+        "launcher_warnings": caught,
+        "launcher_error": error,
+        "initialize": _plan(launch, error, env),
+        "backends": _backends(),
+        "versions": _versions(),
+        "devices": _devices(env),
+    }
+
+
+def _detect(env: Mapping[str, str]) -> tuple[dict[str, Any] | None, list[str], str | None]:
+    """The detected launcher as a dict (None: no launcher), its warnings, and its error."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            found = environments.detect(env)
+        except ValueError as err:  # malformed launcher variables: report, do not crash
+            return None, [str(w.message) for w in caught], str(err)
+    messages = [str(w.message) for w in caught]
+    if found is None:
+        return None, messages, None
+    launch: dict[str, Any] = {"name": found.launcher}
+    launch.update({key: getattr(found, key) for key in _LAUNCH_FIELDS})
+    return launch, messages, None
+
+
+def _plan(
+    launch: Mapping[str, Any] | None, error: str | None, env: Mapping[str, str]
+) -> dict[str, Any]:
+    """What ``initialize(default_backend())`` would do here, mirroring ``_native_init``."""
+    plan: dict[str, Any] = {
+        "backend": default_backend(),
+        "rank": 0,
+        "world_size": 1,
+        "local_rank": 0,
+        "master_addr": None,
+        "master_port": None,
+        "rendezvous": "in-memory",
+        "rank0_hosts_store": False,
+        "summary": "no launcher: a world of one on an in-memory store (no port is opened)",
+    }
+    if error is not None:
+        plan.update(rendezvous="invalid", summary=f"none: initialize() would fail: {error}")
+    if launch is None:
+        return plan
+    addr, port = launch["master_addr"], launch["master_port"]
+    plan.update(
+        rank=launch["rank"],
+        world_size=launch["world_size"],
+        local_rank=launch["local_rank"],
+        master_addr=addr,
+        master_port=port,
+    )
+    name, where = launch["name"], f"{addr or '(MASTER_ADDR unknown)'}:{port or '(unknown)'}"
+    if name != _TORCHELASTIC and launch["world_size"] == 1:
+        plan["summary"] = f"a world of one under {name}: an in-memory store (no port is opened)"
+        return plan
+    if name == _TORCHELASTIC and env.get(_AGENT_STORE_VAR) == "True":
+        plan.update(
+            rendezvous="launcher-store",
+            summary=f"connect to the store the launcher hosts at {where}",
+        )
+    elif name == _TORCHELASTIC:
+        plan.update(
+            rendezvous="env",
+            rank0_hosts_store=True,
+            summary=f"env:// rendezvous: rank 0 hosts a TCPStore at {where}",
+        )
+    else:
+        plan.update(
+            rendezvous="rank0-store",
+            rank0_hosts_store=True,
+            summary=f"rank 0 hosts a TCPStore at {where}, from {name}'s variables",
+        )
+    if addr is None or port is None:
+        plan["summary"] += "; initialize() will fail until MASTER_ADDR and MASTER_PORT are set"
+    return plan
+
+
+def _backends() -> dict[str, Any]:
+    """Every registered backend, available or not, with the reason when not."""
+    rows = []
+    for model in registry.models():
+        for name in model.backends:
+            reason = model.unavailable_reason(name)
+            rows.append(
+                {"name": name, "model": model.name, "available": reason is None, "reason": reason}
+            )
+    return {"available": list(registry.available_backends()), "all": rows}
+
+
+def _versions() -> dict[str, Any]:
+    """Versions of Python, torch and the optional backends (none of them imported)."""
+    gloo = dist.is_available() and dist.is_gloo_available()
+    mpi = dist.is_available() and dist.is_mpi_available()
+    return {
+        "distbridge": distbridge.__version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": _nccl_version(),
+        "gloo": gloo,
+        "mpi": mpi,
+        "horovod": _installed_version("horovod", ("horovod",)),
+        "torch_xla": _installed_version("torch_xla", ("torch_xla", "torch-xla")),
+    }
+
+
+def _nccl_version() -> str | None:
+    """NCCL's version as "2.21.5", None when this torch build has no NCCL."""
+    if not (dist.is_available() and dist.is_nccl_available()):
+        return None
+    try:
+        version = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
+    except (AttributeError, RuntimeError):  # CPU builds lack the binding
+        return None
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
+def _installed_version(module: str, distributions: tuple[str, ...]) -> str | None:
+    """The installed version of ``module``, found without importing it; None when absent."""
+    if importlib.util.find_spec(module) is None:  # a top-level find_spec runs no module code
+        return None
+    for name in distributions:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown (no package metadata)"
+
+
+def _devices(env: Mapping[str, str]) -> dict[str, Any]:
+    """CUDA_VISIBLE_DEVICES and the CUDA devices torch sees, with names and memory."""
+    cuda = []
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(index)
+            cuda.append(
+                {
+                    "index": index,
+                    "name": props.name,
+                    "memory_bytes": int(props.total_memory),
+                    "capability": f"{props.major}.{props.minor}",
+                }
+            )
+    return {"cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"), "cuda": cuda}

@@ -1,0 +1,59 @@
+"""``horovodrun`` with its Gloo controller (``horovodrun --gloo``, or without MPI installed).
+
+horovodrun sets ``HOROVOD_RANK``, ``HOROVOD_SIZE``, ``HOROVOD_LOCAL_RANK``,
+``HOROVOD_LOCAL_SIZE``, and ``HOROVOD_CROSS_RANK`` / ``HOROVOD_CROSS_SIZE``: this rank's
+index among the ranks of the same local rank on other hosts, and their number. Those are the
+host's index and the number of hosts only when every host runs as many ranks
+(``LOCAL_SIZE * CROSS_SIZE == SIZE``, checked); otherwise ``initialize()`` asks the peers.
+(With the MPI controller, horovodrun runs ``mpirun``, whose variables are read by the Open
+MPI environment instead.)
+
+- Rank 0's address: ``MASTER_ADDR`` when set (horovodrun passes the environment on:
+  ``MASTER_ADDR=node0 horovodrun ...``), else ``127.0.0.1`` when every rank runs on this host.
+- The port: ``MASTER_PORT`` when set, else derived from the port of horovodrun's own
+  rendezvous server (``HOROVOD_GLOO_RENDEZVOUS_ADDR`` / ``_PORT``), which is unique per run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from distbridge.environments.base import LaunchEnvironment, master_addr, master_port, read_int
+
+__all__ = ["LAUNCHER", "detect"]
+
+LAUNCHER = "horovodrun"
+
+
+def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
+    """Read ``HOROVOD_*`` from ``env``; None unless ``HOROVOD_RANK`` and ``HOROVOD_SIZE`` are set.
+
+    Example:
+        >>> detect({"HOROVOD_RANK": "2", "HOROVOD_SIZE": "4", "HOROVOD_LOCAL_RANK": "0",
+        ...         "HOROVOD_LOCAL_SIZE": "2", "HOROVOD_CROSS_RANK": "1",
+        ...         "HOROVOD_CROSS_SIZE": "2"}).node_rank
+        1
+    """
+    rank = read_int(env, "HOROVOD_RANK")
+    world_size = read_int(env, "HOROVOD_SIZE")
+    if rank is None or world_size is None:
+        return None
+    local_size = read_int(env, "HOROVOD_LOCAL_SIZE")
+    cross_size = read_int(env, "HOROVOD_CROSS_SIZE")
+    even = (
+        local_size is not None and cross_size is not None and local_size * cross_size == world_size
+    )
+    one_node = local_size == world_size
+    rendezvous = env.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
+    job = f"{env.get('HOROVOD_GLOO_RENDEZVOUS_ADDR', '')}:{rendezvous}" if rendezvous else None
+    return LaunchEnvironment(
+        launcher=LAUNCHER,
+        rank=rank,
+        world_size=world_size,
+        local_rank=read_int(env, "HOROVOD_LOCAL_RANK"),
+        local_world_size=local_size,
+        node_rank=read_int(env, "HOROVOD_CROSS_RANK") if even else None,
+        nnodes=cross_size if even else None,
+        master_addr=master_addr(env, one_node=one_node),
+        master_port=master_port(env, f"{LAUNCHER}:{job}" if job else None),
+    )

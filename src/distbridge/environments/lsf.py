@@ -1,0 +1,75 @@
+"""IBM LSF with ``jsrun`` (IBM Job Step Manager, as on Summit / Lassen-type machines).
+
+``jsrun`` sets ``JSM_NAMESPACE_RANK``, ``_SIZE``, ``_LOCAL_RANK`` and ``_LOCAL_SIZE`` in every
+process; LSF sets ``LSB_JOBID`` and ``LSB_MCPU_HOSTS`` (``"host1 n1 host2 n2 ..."``: each host
+of the allocation with its slot count) in the job. A batch shell without ``jsrun`` has no
+``JSM_*`` variables and is not detected: it is one process, not a job of several ranks.
+
+- Rank 0's address: ``MASTER_ADDR`` when set, else the first *compute* host of
+  ``LSB_MCPU_HOSTS``. On jsrun systems the first host listed is the launch (batch) node,
+  where jsrun places no rank, so it is skipped when more than one host is listed.
+- The port: ``MASTER_PORT`` when set, else derived from ``LSB_JOBID``.
+- The number of nodes and this node's index are known only when every rank runs on this
+  node; otherwise ``initialize()`` asks the peers.
+
+``mpirun`` inside an LSF job (Spectrum MPI / Open MPI) sets ``OMPI_COMM_WORLD_*`` and no
+``JSM_*`` variable, so the Open MPI environment is detected instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from distbridge.environments.base import LaunchEnvironment, master_port, read_int
+
+__all__ = ["LAUNCHER", "compute_hosts", "detect"]
+
+LAUNCHER = "lsf"
+
+
+def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
+    """Read ``JSM_NAMESPACE_*``, ``LSB_JOBID`` and ``LSB_MCPU_HOSTS`` from ``env``.
+
+    Returns None unless ``JSM_NAMESPACE_RANK`` and ``JSM_NAMESPACE_SIZE`` are both set.
+
+    Example:
+        >>> detect({"JSM_NAMESPACE_RANK": "0", "JSM_NAMESPACE_SIZE": "12", "LSB_JOBID": "7",
+        ...         "LSB_MCPU_HOSTS": "batch1 1 a01n01 42 a01n02 42"}).master_addr
+        'a01n01'
+    """
+    rank = read_int(env, "JSM_NAMESPACE_RANK")
+    world_size = read_int(env, "JSM_NAMESPACE_SIZE")
+    if rank is None or world_size is None:
+        return None
+    local_size = read_int(env, "JSM_NAMESPACE_LOCAL_SIZE")
+    one_node = local_size == world_size
+    hosts = compute_hosts(env.get("LSB_MCPU_HOSTS", ""))
+    job = env.get("LSB_JOBID")
+    return LaunchEnvironment(
+        launcher=LAUNCHER,
+        rank=rank,
+        world_size=world_size,
+        local_rank=read_int(env, "JSM_NAMESPACE_LOCAL_RANK"),
+        local_world_size=local_size,
+        node_rank=0 if one_node else None,
+        nnodes=1 if one_node else None,
+        master_addr=env.get("MASTER_ADDR") or (hosts[0] if hosts else None),
+        master_port=master_port(env, f"{LAUNCHER}:{job}" if job else None),
+    )
+
+
+def compute_hosts(mcpu_hosts: str) -> list[str]:
+    """The hosts of ``LSB_MCPU_HOSTS`` that run ranks: the launch node (listed first) is
+    dropped when there are several hosts.
+
+    Raises:
+        ValueError: the value is not pairs of a host name and a slot count.
+    """
+    words = mcpu_hosts.split()
+    if len(words) % 2 or not all(count.isdigit() for count in words[1::2]):
+        raise ValueError(
+            f"Environment variable LSB_MCPU_HOSTS={mcpu_hosts!r} is not 'host count host "
+            "count ...'; fix or unset it, or set MASTER_ADDR."
+        )
+    hosts = words[0::2]
+    return hosts[1:] if len(hosts) > 1 else hosts

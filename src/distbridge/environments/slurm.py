@@ -1,0 +1,151 @@
+"""SLURM: tasks started by ``srun`` (on its own, or inside an ``sbatch`` / ``salloc`` job).
+
+Only a real job step counts: ``srun`` sets SLURM_STEP_ID (SLURM_STEPID before 20.11) in
+every task. An ``sbatch`` batch script also sees SLURM_PROCID=0 and the job's SLURM_NTASKS,
+but it is one process, not the job's tasks: initializing a world of SLURM_NTASKS there
+would wait forever for ranks that never start. That case is not detected, and a warning
+(once per process) says to start the script with ``srun``.
+
+MASTER_ADDR and MASTER_PORT, unless set in the environment:
+
+- MASTER_ADDR: the first host of the step's node list (SLURM_STEP_NODELIST, else
+  SLURM_JOB_NODELIST / SLURM_NODELIST), where the block, cyclic and plane distributions
+  put rank 0 (with ``-m arbitrary``, or node names that do not resolve, set MASTER_ADDR);
+- MASTER_PORT: ``derived_port(f"slurm:{SLURM_JOB_ID}.{SLURM_STEP_ID}")``, that is
+  ``20000 + crc32(key) % 10000`` (see ``base.derived_port``). Every task of the step computes
+  the same port without talking; steps of one job that run at the same time get different
+  ports, as do two jobs sharing a node, unless their keys collide (1 in 10,000).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import warnings
+from collections.abc import Mapping
+
+from distbridge.environments._hostlist import expand_hostlist
+from distbridge.environments.base import LaunchEnvironment, master_addr, master_port, read_int
+
+__all__ = ["LAUNCHER", "detect", "job_key", "tasks_per_node"]
+
+LAUNCHER = "slurm"
+_REPEATED = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+
+
+def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
+    """Read an ``srun`` task's place in its job step from ``env``.
+
+    Returns None outside SLURM, and in a SLURM job's shell that was not started by ``srun``
+    (warning once when that job asks for more than one task).
+
+    Raises:
+        ValueError: a SLURM variable is malformed or contradicts another; the message names it.
+    """
+    rank = read_int(env, "SLURM_PROCID")
+    if rank is None:
+        _warn_if_job_shell(env)
+        return None
+    step = _first_int(env, "SLURM_STEP_ID", "SLURM_STEPID")
+    if step is None:
+        _warn_if_job_shell(env)
+        return None
+    world_size = _first_int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
+    if world_size is None:
+        raise ValueError(
+            "SLURM_PROCID is set but SLURM_NTASKS is not: these variables do not come from srun; "
+            "start the job with srun, or unset SLURM_PROCID."
+        )
+    hosts = expand_hostlist(
+        _first(env, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+    )
+    nnodes = _first_int(env, "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
+    nnodes = nnodes if nnodes is not None else (len(hosts) or None)
+    node_rank = read_int(env, "SLURM_NODEID")
+    job = _first(env, "SLURM_JOB_ID", "SLURM_JOBID")
+    first_host = hosts[0] if hosts else None
+    return LaunchEnvironment(
+        launcher=LAUNCHER,
+        rank=rank,
+        world_size=world_size,
+        local_rank=read_int(env, "SLURM_LOCALID"),
+        local_world_size=_local_world_size(env, node_rank, nnodes),
+        node_rank=node_rank,
+        nnodes=nnodes,
+        master_addr=env.get("MASTER_ADDR") or first_host or master_addr(env, one_node=nnodes == 1),
+        master_port=master_port(env, job_key(job, step) if job else None),
+    )
+
+
+def tasks_per_node(value: str) -> list[int]:
+    """Expand SLURM's tasks-per-node notation: ``"2(x3),1"`` is ``[2, 2, 2, 1]``.
+
+    Raises:
+        ValueError: ``value`` is not a comma list of ``N`` or ``N(xK)``.
+    """
+    counts: list[int] = []
+    for part in value.split(","):
+        match = _REPEATED.match(part.strip())
+        if match is None:
+            raise ValueError(
+                f"SLURM tasks per node {value!r}: {part!r} is not N or N(xK), e.g. '2(x3),1'."
+            )
+        counts.extend([int(match[1])] * int(match[2] or 1))
+    return counts
+
+
+def job_key(job_id: str, step_id: int) -> str:
+    """The key MASTER_PORT is derived from: ``slurm:<job id>.<step id>``."""
+    return f"{LAUNCHER}:{job_id}.{step_id}"
+
+
+def _local_world_size(
+    env: Mapping[str, str], node_rank: int | None, nnodes: int | None
+) -> int | None:
+    """Tasks on this node: this node's entry in the step's (else the job's) tasks per node.
+
+    SLURM_NTASKS_PER_NODE, the ``--ntasks-per-node`` request, is the last resort.
+    """
+    for key in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"):
+        raw = env.get(key)
+        if not raw:
+            continue
+        try:
+            counts = tasks_per_node(raw)
+        except ValueError as err:
+            raise ValueError(f"{key}={raw!r}: {err}") from err
+        if len(counts) == 1:
+            return counts[0]  # one count for every node
+        if node_rank is not None and node_rank < len(counts) and nnodes in (None, len(counts)):
+            return counts[node_rank]
+    return None
+
+
+def _warn_if_job_shell(env: Mapping[str, str]) -> None:
+    """Warn (once) when this looks like a batch or salloc shell of a multi-task job."""
+    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+    ntasks = _first_int(env, "SLURM_NTASKS", "SLURM_NPROCS")
+    if job and ntasks is not None and ntasks > 1:
+        _warn_no_srun(job, ntasks)
+
+
+@functools.cache
+def _warn_no_srun(job: str, ntasks: int) -> None:
+    warnings.warn(
+        f"SLURM job {job} asks for {ntasks} tasks, but this process was not started by srun "
+        "(SLURM_STEP_ID is unset: an sbatch or salloc shell). It runs alone: a process group "
+        f"of {ntasks} would wait for ranks that never start. Start it with `srun python ...` "
+        "inside the job.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+
+def _first(env: Mapping[str, str], *keys: str) -> str:
+    """The first of ``keys`` set to a non-empty value in ``env``, else ''."""
+    return next((env[k] for k in keys if env.get(k)), "")
+
+
+def _first_int(env: Mapping[str, str], *keys: str) -> int | None:
+    """The first of ``keys`` set in ``env``, as an int (ValueError naming a malformed one)."""
+    return next((v for k in keys if (v := read_int(env, k)) is not None), None)

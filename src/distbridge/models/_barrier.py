@@ -1,0 +1,215 @@
+"""Barriers with a timeout, through the coordination store: who is missing, by rank and name.
+
+Each member of a group counts its timed barriers on that group, so every member agrees on
+the sequence number ``seq`` of the barrier it is in. Under ``barrier/<group>/<seq>/`` a
+member sets its own key ``r<rank>`` and adds one to ``n``; the member that brings ``n`` to
+the group size sets ``done`` and deletes the keys of ``seq - 1`` (every member has left
+that one, since all have arrived here), so at most two barriers' keys exist per group. The
+others wait for ``done`` (in the store's own wait for a second, then polling every 0.25 s):
+when it takes longer than a few seconds they log which ranks are missing, at growing
+intervals, and past the timeout they raise `BarrierTimeout`. While polling they also look for
+the failure note a failed rank leaves (``_fail_together``) and raise `PeerFailed` naming it.
+
+A member that will never arrive (``one_rank_first``'s chosen rank, when its block raised)
+can ``abort`` the barrier instead: ``done`` then holds its message, and the waiting members
+raise ``DistributedError`` with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from distbridge.errors import BarrierTimeout, DistributedError, PeerFailed
+from distbridge.models._fail_together import read_failure
+
+__all__ = ["StoreBarrier", "check_name", "check_timeout"]
+
+LOG = logging.getLogger("distbridge")
+#: seconds of waiting before the first "still waiting for ranks ..." warning (at most half
+#: the timeout); the interval then doubles up to MAX_WARNING_INTERVAL
+FIRST_WARNING = 5.0
+MAX_WARNING_INTERVAL = 60.0
+#: how long a waiting rank blocks in the store's wait, then how often it polls ``done`` and
+#: the failure note of a peer (`PeerFailed`)
+BLOCKING_SECONDS = 1.0
+POLL_SECONDS = 0.25
+_OK = b"ok"
+
+
+def check_timeout(timeout: object) -> float | None:
+    """``timeout`` in seconds (None stays None); TypeError / ValueError naming a bad one."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, timedelta):
+        seconds = timeout.total_seconds()
+    elif isinstance(timeout, int | float) and not isinstance(timeout, bool):
+        seconds = float(timeout)
+    else:
+        raise TypeError(
+            f"timeout must be a number of seconds or a datetime.timedelta, got {timeout!r}."
+        )
+    if not seconds > 0:  # also catches NaN
+        raise ValueError(
+            f"timeout must be positive (seconds or a timedelta), got {timeout!r}; pass None "
+            "to wait without a limit."
+        )
+    return seconds
+
+
+def check_name(name: object) -> str | None:
+    """``name`` if it is None or a str; TypeError naming it otherwise."""
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a str naming the barrier, got {name!r}.")
+    return name
+
+
+def _describe(name: str | None) -> str:
+    return "barrier" if name is None else f"barrier {name!r}"
+
+
+class StoreBarrier:
+    """The timed barriers of one process: their sequence numbers, the waiting and the errors.
+
+    Args:
+        store: the coordination store every rank shares.
+        rank: this process's global rank.
+        on_timeout: called with a reason just before `BarrierTimeout` is raised (dumps
+            the stacks of this rank and asks the others for theirs).
+    """
+
+    def __init__(self, store: Any, rank: int, on_timeout: Callable[[str], object]) -> None:
+        self._store = store
+        self._rank = rank
+        self._on_timeout = on_timeout
+        self._calls: dict[tuple[int, ...], int] = {}
+
+    def wait(self, members: tuple[int, ...], timeout: float, name: str | None) -> None:
+        """Arrive at the next barrier of the group ``members`` and wait for the others.
+
+        Args:
+            members: the group's global ranks (this rank among them).
+            timeout: seconds; ``math.inf`` waits without a limit (still logging).
+            name: named in the warnings and errors.
+
+        Raises:
+            BarrierTimeout: some members did not arrive within ``timeout``.
+            DistributedError: a member aborted the barrier, or the store stopped answering.
+        """
+        key = self._next_key(members)
+        store = self._store
+        store.set(f"{key}/r{self._rank}", b"1")
+        if int(store.add(f"{key}/n", 1)) == len(members):
+            store.set(f"{key}/done", _OK)
+            self._forget(members, key.rsplit("/", 1)[0], self._calls[members] - 2)
+            return
+        status = self._wait_done(key, members, timeout, name)
+        if status != _OK:
+            raise DistributedError(status.decode("utf-8", errors="replace"))
+
+    def abort(self, members: tuple[int, ...], message: str) -> None:
+        """Take this rank's place in the group's next barrier without arriving: the members
+        waiting there raise ``DistributedError(message)``."""
+        self._store.set(f"{self._next_key(members)}/done", message.encode())
+
+    def _next_key(self, members: tuple[int, ...]) -> str:
+        seq = self._calls.get(members, 0)
+        self._calls[members] = seq + 1
+        if len(members) <= 8:
+            tag = "-".join(map(str, members))
+        else:  # a short, stable tag for a large group
+            digest = hashlib.sha1(repr(members).encode(), usedforsecurity=False).hexdigest()
+            tag = f"{len(members)}x{digest[:12]}"
+        return f"barrier/{tag}/{seq}"
+
+    def _forget(self, members: tuple[int, ...], group_key: str, seq: int) -> None:
+        """Delete the keys of barrier ``seq`` of the group (every member has left it)."""
+        if seq < 0:
+            return
+        prefix = f"{group_key}/{seq}"
+        for leaf in ("n", "done", *(f"r{m}" for m in members)):
+            self._store.delete_key(f"{prefix}/{leaf}")
+
+    def _unreachable(self, err: RuntimeError, name: str | None) -> DistributedError:
+        return DistributedError(
+            f"The coordination store stopped answering while rank {self._rank} waited in "
+            f"{_describe(name)} ({err}); the rank that hosts it (rank 0) may have died."
+        )
+
+    def _missing(self, key: str, members: tuple[int, ...], name: str | None) -> list[int]:
+        try:
+            return [m for m in members if not self._store.check([f"{key}/r{m}"])]
+        except RuntimeError as err:
+            raise self._unreachable(err, name) from err
+
+    def _check_peers(self, name: str | None) -> None:
+        """`PeerFailed` when a rank of the job left a failure note (see ``_fail_together``)."""
+        note = read_failure(self._store)
+        if note is not None:
+            rank, summary = note
+            raise PeerFailed(
+                rank,
+                summary,
+                f"Rank {self._rank} stopped waiting in {_describe(name)} because of it; rank "
+                f"{rank}'s own error says why.",
+            )
+
+    def _wait_done(
+        self, key: str, members: tuple[int, ...], timeout: float, name: str | None
+    ) -> bytes:
+        """Wait for ``done`` and return its value (``_OK`` also when every member arrived but
+        ``done`` never came: the last one died in between)."""
+        done = f"{key}/done"
+        start = time.monotonic()
+        deadline = start + timeout
+        interval = min(FIRST_WARNING, timeout / 2)
+        warn_at = start + interval
+        try:  # the store's own wait first: a barrier usually passes within it
+            first = max(min(deadline, warn_at, start + BLOCKING_SECONDS) - start, 1e-3)
+            self._store.wait([done], timedelta(seconds=first))
+            return bytes(self._store.get(done))
+        except RuntimeError:  # timed out (a dead store shows below)
+            pass
+        while True:  # then polling (a TCPStore wait that times out logs two lines from C++)
+            try:
+                if self._store.check([done]):
+                    return bytes(self._store.get(done))
+            except RuntimeError as err:
+                raise self._unreachable(err, name) from err
+            self._check_peers(name)
+            now = time.monotonic()
+            if now >= deadline:
+                missing = self._missing(key, members, name)
+                if not missing:
+                    return _OK
+                self._raise_timeout(missing, members, timeout, name)
+            if now >= warn_at:
+                LOG.warning(
+                    "Rank %d has waited %.1f s in %s: ranks %s of %s have not arrived%s.",
+                    self._rank, now - start, _describe(name),
+                    self._missing(key, members, name), list(members),
+                    "" if math.isinf(timeout) else f" (timeout {timeout:g} s)",
+                )  # fmt: skip
+                interval = min(interval * 2, MAX_WARNING_INTERVAL)
+                warn_at = now + interval
+            time.sleep(max(min(POLL_SECONDS, deadline - now), 0.0))
+
+    def _raise_timeout(
+        self, missing: list[int], members: tuple[int, ...], timeout: float, name: str | None
+    ) -> None:
+        what = _describe(name)
+        self._on_timeout(f"{what} timed out on rank {self._rank}; missing ranks {missing}")
+        raise BarrierTimeout(
+            f"{what[0].upper()}{what[1:]} timed out after {timeout:g} s on rank {self._rank}: "
+            f"ranks {missing} of the group {list(members)} did not arrive. Their Python stacks "
+            "were requested in the log (distbridge.dump_stacks); look there for where they "
+            "are stuck, or raise the timeout.",
+            missing_ranks=tuple(missing),
+            name=name,
+            timeout=timeout,
+        )

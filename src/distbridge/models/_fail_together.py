@@ -1,0 +1,210 @@
+"""Fail together: when a rank fails, its peers raise `PeerFailed` instead of hanging.
+
+A rank that fails leaves a note, ``"<rank>\\n<one-line summary>"``, under one key of the
+store every rank of the job shares (the root of the default process group's store: the
+``spawn`` parent's or torchrun's agent store, or rank 0's); the first note wins. The notes
+are written
+
+- by ``spawn``'s worker when the user's function raises (and by ``finalize`` when it runs
+  while an exception propagates, as in ``with Parallel(...)``);
+- under a launcher, by the ``sys.excepthook`` that ``initialize`` installs;
+- by ``spawn``'s parent for a worker that died without a word (SIGKILL, ``os._exit``).
+
+A rank that leaves the job normally (``finalize``) marks itself as gone instead. When a
+collective of the native model then fails on another rank (gloo: "Connection closed by
+peer"), `translate_peer_failure` reads the note and raises `PeerFailed` naming the failed
+rank, or names the rank that left while this one still waited for it. Nothing here runs
+while nothing fails: the store is read only after a collective raised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+from torch._C._distributed_c10d import PrefixStore  # where torch defines it
+from torch.distributed import distributed_c10d as c10d
+
+from distbridge.errors import DistributedError, PeerFailed
+
+__all__ = [
+    "failure_key",
+    "install_excepthook",
+    "job_root",
+    "leave",
+    "read_failure",
+    "record_failure",
+    "summarize",
+    "translate_peer_failure",
+    "uninstall_excepthook",
+]
+
+#: How long a rank whose collective failed waits for a note that is on its way (the spawn
+#: parent writes one for a killed worker as soon as it notices the death).
+NOTE_WAIT_SECONDS = 2.0
+_POLL_SECONDS = 0.02
+_SUMMARY_CHARS = 300
+# Backend errors that say a peer's connection went away: only then is a note worth waiting for.
+_CONNECTION_LOST = ("closed by peer", "reset by peer", "broken pipe", "connection refused")
+_LEFT_KEY = "distbridge/left/{rank}"
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def failure_key() -> str:
+    """The key of the failure note on the job's root store, one per torchelastic restart."""
+    return f"distbridge/attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/failed"
+
+
+def job_root(store: Any) -> Any:
+    """The store under every ``PrefixStore`` wrapping ``store``: the one the launcher hosts."""
+    while isinstance(store, PrefixStore):
+        store = store.underlying_store
+    return store
+
+
+def summarize(exc: BaseException) -> str:
+    """One line naming ``exc``: ``"ValueError: bad batch"`` (shortened past 300 characters)."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "<str() of the exception failed>"
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    line = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return line if len(line) <= _SUMMARY_CHARS else line[: _SUMMARY_CHARS - 3] + "..."
+
+
+def record_failure(store: Any, rank: int, summary: str) -> None:
+    """Write the failure note of ``rank`` on ``store``'s root unless a note is there already.
+
+    Never raises: a rank that is failing must not fail differently because the store is gone.
+    """
+    note = f"{rank}\n{summary}"
+    try:
+        job_root(store).compare_set(failure_key(), "", note)
+    except Exception:  # the store's host is gone; the peers keep their backend error
+        return
+
+
+def read_failure(store: Any, wait: float = 0.0) -> tuple[int, str] | None:
+    """The ``(rank, summary)`` of the failure note, waiting up to ``wait`` seconds for one."""
+    root, key = job_root(store), failure_key()
+    deadline = time.monotonic() + wait
+    try:
+        while not root.check([key]):
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(_POLL_SECONDS)
+        rank, _, summary = root.get(key).decode("utf-8", "replace").partition("\n")
+        return int(rank), summary
+    except Exception:  # unreachable store or a foreign value under our key
+        return None
+
+
+def leave(rank: int) -> None:
+    """Tell the peers this rank leaves the job (``finalize``): as a failure when an
+    exception is propagating (other than a clean ``SystemExit``), else as a normal exit."""
+    try:
+        store = c10d._get_default_store()
+    except Exception:  # no default process group
+        return
+    exc = sys.exc_info()[1]
+    if exc is not None and not (isinstance(exc, SystemExit) and exc.code in (None, 0)):
+        record_failure(store, rank, summarize(exc))
+        return
+    try:
+        store.set(_LEFT_KEY.format(rank=rank), "1")
+    except Exception:
+        return
+
+
+def _who_left(store: Any, me: int, world_size: int) -> int | None:
+    for rank in range(world_size):
+        if rank != me and store.check([_LEFT_KEY.format(rank=rank)]):
+            return rank
+    return None
+
+
+def _peer_failure(op: str, err: RuntimeError) -> PeerFailed | None:
+    """The `PeerFailed` that explains ``err`` raised by ``op``, or None if nothing does."""
+    try:
+        store = c10d._get_default_store()
+        me, world_size = c10d.get_rank(), c10d.get_world_size()
+    except Exception:
+        return None
+    where = f"Rank {me} stopped in {op} because of it"
+    note = read_failure(store)
+    if note is None:
+        try:
+            gone = _who_left(store, me, world_size)
+        except Exception:
+            gone = None
+        if gone is not None:
+            return PeerFailed(
+                gone,
+                f"it left the job (finalize) while rank {me} waited for it in {op}",
+                "Every rank must call the same collectives in the same order: look for a "
+                f"collective that rank {gone} skips.",
+            )
+        if any(marker in str(err).lower() for marker in _CONNECTION_LOST):
+            note = read_failure(store, NOTE_WAIT_SECONDS)
+    if note is None:
+        return None
+    rank, summary = note
+    return PeerFailed(rank, summary, f"{where}; rank {rank}'s own error says why.")
+
+
+def translate_peer_failure(method: _Method) -> _Method:
+    """Decorate a native ``_do_*`` primitive: a backend error caused by a failed peer becomes
+    `PeerFailed`; any other error passes unchanged. Costs a ``try`` when nothing fails."""
+    op = method.__name__.removeprefix("_do_")
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except DistributedError:  # ours already (a nested primitive translated it)
+            raise
+        except RuntimeError as err:
+            failure = _peer_failure(op, err)
+            if failure is None:
+                raise
+            raise failure from err
+
+    return wrapper  # type: ignore[return-value]
+
+
+_Hook = Callable[[type[BaseException], BaseException, TracebackType | None], Any]
+
+
+class _FailureHook:
+    """``sys.excepthook`` while a native context lives: note the failure, then chain on."""
+
+    def __init__(self, rank: int, previous: _Hook) -> None:
+        self.rank, self.previous = rank, previous
+
+    def __call__(
+        self, kind: type[BaseException], exc: BaseException, tb: TracebackType | None
+    ) -> Any:
+        with contextlib.suppress(Exception):  # no process group any more: nobody to tell
+            record_failure(c10d._get_default_store(), self.rank, summarize(exc))
+        return self.previous(kind, exc, tb)
+
+
+def install_excepthook(rank: int) -> None:
+    """Make an uncaught exception on this rank leave a failure note for its peers."""
+    uninstall_excepthook()
+    sys.excepthook = _FailureHook(rank, sys.excepthook)
+
+
+def uninstall_excepthook() -> None:
+    """Restore the excepthook `install_excepthook` replaced, if it is still in place."""
+    hook = sys.excepthook
+    if isinstance(hook, _FailureHook):
+        sys.excepthook = hook.previous

@@ -1,0 +1,50 @@
+"""Checks that a test left no process behind: pids that must be gone, children of pytest."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+__all__ = ["assert_gone", "child_pids", "is_gone"]
+
+
+def is_gone(pid: int) -> bool:
+    """True if ``pid`` does not exist or is a zombie (dead, waiting for its new parent)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def assert_gone(pids: Iterable[int], timeout: float = 5.0) -> None:
+    """Fail unless every pid is gone within ``timeout`` seconds (SIGKILL is asynchronous)."""
+    pids = list(pids)
+    assert pids, "no pids to check"
+    deadline = time.monotonic() + timeout
+    while alive := [pid for pid in pids if not is_gone(pid)]:
+        if time.monotonic() > deadline:
+            pytest.fail(f"processes still alive: {alive}")
+        time.sleep(0.05)
+
+
+def child_pids() -> set[int]:
+    """This process's children, zombies included, except multiprocessing's helpers."""
+    children = set()
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat_file.parent / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue  # exited meanwhile
+        if int(fields[1]) == os.getpid() and b"resource_tracker" not in cmdline:
+            children.add(int(stat_file.parent.name))
+    return children
