@@ -1,5 +1,6 @@
-"""Argument checks of the native model that must fail on every rank alike, before torch sees
-the arguments (torch fails on some ranks only, or with a RuntimeError)."""
+"""Checks of the native model: which backends can run here, and the arguments that must fail
+on every rank alike before torch sees them (torch fails on some ranks only, or with a
+RuntimeError)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,37 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
-__all__ = ["check_group_options", "optional_argument"]
+__all__ = ["backend_problem", "check_group_options", "optional_argument"]
 
 
 def _available() -> tuple[str, ...]:
-    from distbridge.models.native import NativeModel  # here: native imports this module
+    return tuple(b for b in ("nccl", "gloo", "mpi") if backend_problem(b) is None)
 
-    return NativeModel.available_backends()
+
+def backend_problem(backend: str) -> str | None:
+    """Why the native ``backend`` ("gloo", "nccl", "mpi") cannot run here; None when it can."""
+    if not dist.is_available():
+        return "this torch build has no torch.distributed (torch.distributed.is_available())"
+    if backend == "gloo" and not dist.is_gloo_available():
+        return "this torch build has no Gloo (torch.distributed.is_gloo_available() is False)"
+    if backend == "nccl":
+        if not dist.is_nccl_available():
+            return (
+                "this torch build has no NCCL (torch.distributed.is_nccl_available() is False; "
+                "CPU-only wheels lack it). Install a CUDA build of torch, or use 'gloo'"
+            )
+        if not torch.cuda.is_available():
+            return "NCCL needs a CUDA GPU and torch.cuda.is_available() is False here; use 'gloo'"
+    if backend == "mpi" and not dist.is_mpi_available():
+        return (
+            "torch was built without MPI (torch.distributed.is_mpi_available() is False; "
+            "pip wheels never include it). Build torch from source with MPI, or use 'gloo' "
+            "under mpirun"
+        )
+    return None
 
 
 def optional_argument(name: str, value: object, kind: type, least: int) -> Any:

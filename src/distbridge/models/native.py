@@ -32,7 +32,11 @@ from distbridge.models._layout import (
     layout_from_store,
     node_name,
 )
-from distbridge.models._native_checks import check_group_options, optional_argument
+from distbridge.models._native_checks import (
+    backend_problem,
+    check_group_options,
+    optional_argument,
+)
 from distbridge.models._native_init import as_timeout, init_process_group
 from distbridge.models.base import ComputationModel
 
@@ -137,27 +141,7 @@ class NativeModel(LayoutQueries, ComputationModel):
     @classmethod
     @override
     def unavailable_reason(cls, backend: str) -> str | None:
-        if not dist.is_available():
-            return "this torch build has no torch.distributed (torch.distributed.is_available())"
-        if backend == "gloo" and not dist.is_gloo_available():
-            return "this torch build has no Gloo (torch.distributed.is_gloo_available() is False)"
-        if backend == "nccl":
-            if not dist.is_nccl_available():
-                return (
-                    "this torch build has no NCCL (torch.distributed.is_nccl_available() is False; "
-                    "CPU-only wheels lack it). Install a CUDA build of torch, or use 'gloo'"
-                )
-            if not torch.cuda.is_available():
-                return (
-                    "NCCL needs a CUDA GPU and torch.cuda.is_available() is False here; use 'gloo'"
-                )
-        if backend == "mpi" and not dist.is_mpi_available():
-            return (
-                "torch was built without MPI (torch.distributed.is_mpi_available() is False; "
-                "pip wheels never include it). Build torch from source with MPI, or use 'gloo' "
-                "under mpirun"
-            )
-        return None
+        return backend_problem(backend)
 
     @classmethod
     @override

@@ -23,14 +23,10 @@ Lines that only run with several replicas (the XLA CPU device cannot replicate) 
 from __future__ import annotations
 
 import functools
-import importlib.metadata
-import importlib.util
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -43,12 +39,13 @@ from distbridge.models import _carriers as carriers
 from distbridge.models import _coordination as coordination
 from distbridge.models._debug import debug_flag
 from distbridge.models._layout import Layout, LayoutQueries
+from distbridge.models._xla_dtypes import fold, round_trips
+from distbridge.models._xla_install import BACKEND, IMPORT_FAILURE, import_modules, install_problem
 from distbridge.models.base import ComputationModel
 from distbridge.models.native import _default_pg
 
-__all__ = ["SPAWN_OPTIONS", "XlaGroup", "XlaModel"]
+__all__ = ["BACKEND", "SPAWN_OPTIONS", "XlaGroup", "XlaModel"]
 
-BACKEND = "xla-tpu"
 SPAWN_OPTIONS = ("start_method", "job_timeout", "join", "nnodes", "node_rank")
 #: Set by xmp.spawn (and torch_xla's torchrun rendezvous) in every replica it configures.
 _SPAWN_MARKER = "PJRT_LOCAL_PROCESS_COUNT"
@@ -62,104 +59,10 @@ _XM_OPS = {
     "AND": "and",
     "OR": "or",
 }
-_IMPORT_FAILURE: dict[str, str] = {}  # filled once when importing torch_xla fails
-
-
-def _release(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", version)[:2])  # "2.9.0+cu128": (2, 9)
-
-
-@functools.cache
-def _install_problem() -> str | None:
-    """Why torch_xla cannot run here, judged without importing it; None when it looks usable."""
-    try:
-        spec = importlib.util.find_spec("torch_xla")
-    except (ImportError, ValueError) as err:
-        return f"importlib cannot look up torch_xla ({type(err).__name__}: {err})"
-    if spec is None:
-        return "torch_xla is not installed; e.g. pip install torch==2.9.0 torch_xla==2.9.0"
-    site = Path(spec.origin).parent.parent if spec.origin else None  # _XLAC*.so lies beside it
-    if site is None or not any(site.glob("_XLAC*")):
-        return f"torch_xla at {spec.origin} lacks its _XLAC extension; reinstall torch_xla"
-    try:
-        version = importlib.metadata.version("torch_xla")
-    except importlib.metadata.PackageNotFoundError:
-        return None  # a source checkout: no release to compare
-    if _release(version) != _release(torch.__version__):
-        wanted = ".".join(map(str, _release(version)))
-        return (
-            f"torch_xla {version} needs torch {wanted}.*, but torch {torch.__version__} is "
-            f"installed; install a matching pair, e.g. pip install torch=={wanted}.0 "
-            f"torch_xla=={wanted}.0"
-        )
-    return None
-
-
-def _modules() -> tuple[Any, Any, Any]:
-    """``(torch_xla, torch_xla.core.xla_model, torch_xla.runtime)``, imported on first use."""
-    try:
-        import torch_xla
-        import torch_xla.core.xla_model as xm
-        import torch_xla.runtime as xr
-    except Exception as err:  # a broken install fails in many ways (OSError, RuntimeError, ...)
-        reason = f"importing torch_xla failed ({type(err).__name__}: {err}); reinstall it"
-        _IMPORT_FAILURE.setdefault("reason", reason)
-        raise BackendUnavailableError(f"Backend {BACKEND!r} is not available: {reason}.") from err
-    return torch_xla, xm, xr
 
 
 def _on_xla(tensor: torch.Tensor) -> bool:
     return tensor.is_xla  # type: ignore[attr-defined,no-any-return]  # missing from the stubs
-
-
-def _probe(dtype: torch.dtype) -> torch.Tensor:
-    """Values that lose bits on a device that stores ``dtype`` in a narrower type."""
-    if dtype.is_complex:
-        real = _probe(getattr(torch, torch.finfo(dtype).dtype))  # finfo names the part's dtype
-        return torch.complex(real, -real)
-    if dtype is torch.bool:
-        return torch.tensor([True, False])
-    info: Any = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
-    extra = [info.tiny, 1 + info.eps, -0.0] if dtype.is_floating_point else [1]
-    return torch.tensor([info.max, info.min, *extra], dtype=dtype)
-
-
-def _round_trips(dtype: torch.dtype, device: torch.device) -> bool:
-    """Whether a CPU tensor of ``dtype`` comes back from ``device`` bit for bit."""
-    try:
-        sent = _probe(dtype)
-        back = sent.to(device).cpu()
-    except (RuntimeError, TypeError, ValueError, NotImplementedError):
-        return False  # the device cannot hold the dtype at all (e.g. complex32)
-    return back.dtype == dtype and torch.equal(carriers.as_bytes(back), carriers.as_bytes(sent))
-
-
-_STEPS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "AVG": torch.add,
-    "SUM": torch.add,
-    "PRODUCT": torch.mul,
-    "MIN": torch.minimum,
-    "MAX": torch.maximum,
-    "AND": torch.bitwise_and,
-    "OR": torch.bitwise_or,
-}
-
-
-def _fold(rows: torch.Tensor, op: str) -> torch.Tensor:
-    """Reduce the gathered ``rows`` (one per rank) with ``op``, in rank order."""
-    dtype = rows.dtype
-    back: Callable[[torch.Tensor], torch.Tensor] | None = None
-    if dtype in carriers.UNCARRIED_BY_C10D:  # no CPU add / minimum for uint16-64: widen or view
-        rows, back = carriers.reduce_carrier(rows, op)
-    elif (dtype.itemsize == 1 and dtype.is_floating_point) or dtype is torch.complex32:
-        wide = torch.complex64 if dtype.is_complex else torch.float32  # no CPU arithmetic
-        rows, back = rows.to(wide), lambda out: out.to(dtype)
-    out = rows[0]
-    for row in rows[1:]:
-        out = _STEPS[op](out, row)
-    if op == "AVG":
-        out = out / len(rows)
-    return out if back is None else back(out)
 
 
 @dataclass(frozen=True)
@@ -183,7 +86,7 @@ class XlaModel(LayoutQueries, ComputationModel):
 
     def __init__(self, pg: Any = None) -> None:
         super().__init__()
-        torch_xla, self._xm, xr = _modules()
+        torch_xla, self._xm, xr = import_modules()
         self._sync = torch_xla.sync
         if xr.addressable_device_count() > 1:
             raise DistributedError(
@@ -213,14 +116,14 @@ class XlaModel(LayoutQueries, ComputationModel):
     @classmethod
     @override
     def is_available(cls) -> bool:
-        return _install_problem() is None and not _IMPORT_FAILURE
+        return install_problem() is None and not IMPORT_FAILURE
 
     @classmethod
     @override
     def unavailable_reason(cls, backend: str) -> str | None:
         if backend not in cls.backends:
             return f"{cls.__name__} runs only {', '.join(cls.backends)}"
-        return _install_problem() or _IMPORT_FAILURE.get("reason")
+        return install_problem() or IMPORT_FAILURE.get("reason")
 
     @classmethod
     @override
@@ -250,7 +153,7 @@ class XlaModel(LayoutQueries, ComputationModel):
         reason = cls.unavailable_reason(backend)
         if reason is not None:
             raise BackendUnavailableError(f"Backend {backend!r} is not available: {reason}.")
-        _, xm, _ = _modules()
+        _, xm, _ = import_modules()
         if dist.is_initialized():
             raise DistributedError(
                 f"torch.distributed is already initialized (backend {dist.get_backend()!r}); "
@@ -341,7 +244,7 @@ class XlaModel(LayoutQueries, ComputationModel):
     def _holds(self, dtype: torch.dtype) -> bool:  # does the device store dtype exactly?
         known = self._exact.get(dtype)
         if known is None:
-            known = self._exact[dtype] = _round_trips(dtype, self._device)
+            known = self._exact[dtype] = round_trips(dtype, self._device)
         return known
 
     def _reduces(self, dtype: torch.dtype, op: str) -> bool:  # can XLA's all-reduce do it?
@@ -379,7 +282,7 @@ class XlaModel(LayoutQueries, ComputationModel):
             return work if on_xla else self._cpu(work)
         # Gather and fold on the CPU, in rank order: exact, and the same bits on every rank.
         rows = self._do_all_gather(self._cpu(tensor.unsqueeze(0)), group)
-        return _fold(rows, op).to(tensor.device)
+        return fold(rows, op).to(tensor.device)
 
     @override
     def _do_all_gather(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
