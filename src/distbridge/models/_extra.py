@@ -10,6 +10,7 @@ The default primitives for backends that lack an op are in ``_emulations``.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -330,8 +331,8 @@ def all_to_all(
         ]
     flat = [model._to_placement(t).reshape(-1) for t in tensors]
     data = _joined(flat, dtype)
-    in_splits = [int(np.prod(s)) for s in sent]
-    out_splits = [int(np.prod(s)) for s in received]
+    in_splits = [math.prod(s) for s in sent]
+    out_splits = [math.prod(s) for s in received]
     if dtype in model.uncarried_dtypes:
         width = data.element_size()
         raw = model._do_all_to_all(

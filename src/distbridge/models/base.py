@@ -88,8 +88,9 @@ class ComputationModel(BackendPrimitives):
             return x
         dtype = torch.float64 if kind == codec.KIND_FLOAT or name == "AVG" else torch.int64
         value = float(x) if dtype is torch.float64 else codec.encode_number(x, kind)
+        # Made where the backend reduces it, in a dtype it carries: no _reduce_tensor detour.
         tensor = torch.tensor([value], dtype=dtype, device=self._number_device(dtype))
-        result = self._number_value(self._reduce_tensor(tensor, name, resolved))
+        result = self._number_value(self._reduce_placed(tensor, name, resolved))
         if name == "AVG" or kind == codec.KIND_FLOAT:
             return float(result)
         if kind == codec.KIND_BOOL and name in ("AND", "OR", "MIN", "MAX"):
@@ -332,12 +333,15 @@ class ComputationModel(BackendPrimitives):
         back = None
         if work.dtype in self.uncarried_dtypes:
             work, back = carriers.reduce_carrier(work, op)
-        if op == "AVG" and not self._native_avg():
-            out = self._do_all_reduce(work, "SUM", group)
-            out.div_(self._group_size(group))
-        else:
-            out = self._do_all_reduce(work, op, group)
+        out = self._reduce_placed(work, op, group)
         return write_back(x, out if back is None else back(out))
+
+    def _reduce_placed(self, work: torch.Tensor, op: str, group: Any) -> torch.Tensor:
+        """All-reduce ``work``, already on its placement in a dtype the backend carries, with
+        canonical ``op`` (AVG as SUM and a division where the backend does not average)."""
+        if op == "AVG" and not self._native_avg():
+            return self._do_all_reduce(work, "SUM", group).div_(self._group_size(group))
+        return self._do_all_reduce(work, op, group)
 
     def _remember_fast_reduce(self, x: torch.Tensor, op: str, name: str) -> None:
         """Let later world all-reduces of tensors like ``x`` skip the checks ``x`` passed, when
