@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
-__all__ = ["assert_gone", "child_pids", "is_gone"]
+__all__ = ["assert_gone", "child_pids", "default_sigint", "is_gone"]
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a child that a test sends SIGINT: the default disposition, as from a
+    terminal. A job started in the background (``cmd &``) ignores SIGINT and its children
+    inherit that, so Python would never raise KeyboardInterrupt there."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def is_gone(pid: int) -> bool:

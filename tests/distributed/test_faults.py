@@ -31,7 +31,7 @@ from distbridge.errors import DistributedError, PeerFailed, WorkerFailedError
 from distbridge.launch.supervisor import run_workers
 from distbridge.models import _fail_together as fail_together
 from tests.distributed import fault_targets as targets
-from tests.distributed.process_checks import assert_gone, child_pids, is_gone
+from tests.distributed.process_checks import assert_gone, child_pids, default_sigint, is_gone
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(120)]
 
@@ -247,6 +247,7 @@ def test_a_signal_to_the_parent_stops_workers_blocked_in_a_collective(
     parent = subprocess.Popen(
         [sys.executable, "-c", code, str(tmp_path)], cwd=REPO, env=_env(),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_sigint,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + BOUND

@@ -17,6 +17,7 @@ import distbridge as idist
 from distbridge.errors import PicklingError, WorkerFailedError
 from distbridge.launch.supervisor import run_workers
 from tests.distributed import launch_targets
+from tests.distributed.process_checks import default_sigint
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(120)]
 
@@ -173,6 +174,7 @@ def test_sigint_to_the_parent_stops_every_worker(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
     deadline = time.monotonic() + 60
     while len(list(tmp_path.glob("pid-*"))) < 2 and time.monotonic() < deadline:

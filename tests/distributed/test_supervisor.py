@@ -23,7 +23,7 @@ from distbridge.errors import SpawnTimeoutError, WorkerFailedError
 from distbridge.launch import supervisor
 from distbridge.launch.supervisor import run_workers
 from tests.distributed import supervisor_targets as targets
-from tests.distributed.process_checks import assert_gone, child_pids
+from tests.distributed.process_checks import assert_gone, child_pids, default_sigint
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(60)]
 
@@ -206,6 +206,7 @@ def _start_supervisor_process(directory: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
 
 
