@@ -160,6 +160,13 @@ def raw_all_to_all(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def raw_all_to_all_lists(parts: list[torch.Tensor]) -> list[torch.Tensor]:
+    """torch's list form, which takes and returns a list as idist.all_to_all does."""
+    outs = [torch.empty_like(p) for p in parts]
+    dist.all_to_all(outs, parts)
+    return outs
+
+
 # ---- hand-written emulations without the native op: point to point ---------------------------
 
 
@@ -433,6 +440,14 @@ def native_cases(size: int, me: int, world: int, small: bool) -> list[Case]:
         ]
     cases.append(
         ("all_to_all / +shapes +cat", lambda: idist.all_to_all(parts), shaped_all_to_all, None)
+    )
+    cases.append(
+        (
+            "all_to_all same_shape / list form",
+            lambda: idist.all_to_all(parts, same_shape=True),
+            lambda: raw_all_to_all_lists(parts),
+            None,
+        )
     )
     return cases
 
