@@ -63,9 +63,8 @@ def bench(session: nox.Session) -> None:
     session.install(*CONSTRAINTS, "-e", ".", "matplotlib")
     Path("bench/results").mkdir(parents=True, exist_ok=True)
     for name in ("core", "objects", "collectives", "debug", "soak"):
-        if Path(f"bench/bench_{name}.py").exists():
-            out = f"bench/results/{name}.json"
-            session.run("python", f"bench/bench_{name}.py", "--json", out, *session.posargs)
+        out = f"bench/results/{name}.json"
+        session.run("python", f"bench/bench_{name}.py", "--json", out, *session.posargs)
     session.run("python", "bench/plot.py")
 
 

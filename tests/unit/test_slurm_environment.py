@@ -418,7 +418,10 @@ _PATTERN = st.lists(
 ).map(lambda groups: "h" + "".join(f"{text}[{group}]" for text, group in groups))
 
 
-@pytest.mark.skipif(shutil.which("scontrol") is None, reason="scontrol (Debian slurm-client)")
+@pytest.mark.skipif(
+    shutil.which("scontrol") is None,
+    reason="scontrol is not installed (Debian package slurm-client)",
+)
 @settings(max_examples=40, deadline=None)
 @given(st.lists(_PATTERN, min_size=1, max_size=3).map(",".join))
 def test_hostlist_matches_scontrol(tmp_path_factory: pytest.TempPathFactory, hostlist: str) -> None:

@@ -7,6 +7,8 @@ import socket
 from dataclasses import dataclass, replace
 from typing import Any, Literal, overload
 
+import torch
+
 from distbridge.environments import LaunchEnvironment
 
 __all__ = [
@@ -37,9 +39,11 @@ class Layout:
 
 
 class LayoutQueries:
-    """The rank queries of a computation model, answered from its ``_layout``."""
+    """The rank queries of a computation model, answered from its ``_layout``, and its
+    ``_device``, which follows the local rank on CUDA."""
 
     _layout: Layout
+    _device: torch.device
 
     def get_rank(self) -> int:
         """This process's rank in the job."""
@@ -64,6 +68,16 @@ class LayoutQueries:
     def get_node_rank(self) -> int:
         """This machine's index in the job."""
         return self._layout.node_rank
+
+    def device(self) -> torch.device:
+        """The device this process computes on."""
+        return self._device
+
+    def set_local_rank(self, index: int) -> None:
+        """Take ``index`` as the local rank (and ``cuda:<index>`` as the device on CUDA)."""
+        self._layout = self._layout.with_local_rank(index)
+        if self._device.type == "cuda":
+            self._device = torch.device(f"cuda:{index}")
 
 
 @overload

@@ -26,7 +26,7 @@ from distbridge.models import _carriers as carriers
 from distbridge.models import _coordination as coordination
 from distbridge.models._debug import debug_flag
 from distbridge.models._horovod_env import environ, hvd_module, mpi_outlives_shutdown, unavailable
-from distbridge.models._layout import Layout
+from distbridge.models._layout import Layout, LayoutQueries
 from distbridge.models.base import ComputationModel
 
 __all__ = ["HorovodModel"]
@@ -49,7 +49,7 @@ _HVD_OPS = {"SUM": "Sum", "AVG": "Average", "ADASUM": "Adasum", "MIN": "Min", "M
             "PRODUCT": "Product"}  # fmt: skip
 
 
-class HorovodModel(ComputationModel):
+class HorovodModel(LayoutQueries, ComputationModel):
     """Horovod: backend ``"horovod"``, model name ``"horovod-dist"``."""
 
     name: ClassVar[str] = "horovod-dist"
@@ -196,40 +196,6 @@ class HorovodModel(ComputationModel):
     @override
     def backend(self) -> str | None:
         return "horovod"
-
-    @override
-    def get_rank(self) -> int:
-        return self._layout.rank
-
-    @override
-    def get_world_size(self) -> int:
-        return self._layout.world_size
-
-    @override
-    def get_local_rank(self) -> int:
-        return self._layout.local_rank
-
-    @override
-    def get_nproc_per_node(self) -> int:
-        return self._layout.nproc_per_node
-
-    @override
-    def get_nnodes(self) -> int:
-        return self._layout.nnodes
-
-    @override
-    def get_node_rank(self) -> int:
-        return self._layout.node_rank
-
-    @override
-    def device(self) -> torch.device:
-        return self._device
-
-    @override
-    def set_local_rank(self, index: int) -> None:
-        self._layout = self._layout.with_local_rank(index)
-        if self._device.type == "cuda":
-            self._device = torch.device(f"cuda:{index}")
 
     @override
     def finalize(self) -> None:

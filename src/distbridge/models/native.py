@@ -222,16 +222,6 @@ class NativeModel(LayoutQueries, ComputationModel):
         return self._backend
 
     @override
-    def device(self) -> torch.device:
-        return self._device
-
-    @override
-    def set_local_rank(self, index: int) -> None:
-        self._layout = self._layout.with_local_rank(index)
-        if self._device.type == "cuda":
-            self._device = torch.device(f"cuda:{index}")
-
-    @override
     def finalize(self) -> None:
         fail_together.uninstall_excepthook()
         if self.is_current():

@@ -201,10 +201,6 @@ class XlaModel(LayoutQueries, ComputationModel):
         return BACKEND
 
     @override
-    def device(self) -> torch.device:
-        return self._device
-
-    @override
     def set_local_rank(self, index: int) -> None:
         pass  # the XLA runtime knows each replica's local ordinal; a hint cannot improve on it
 
