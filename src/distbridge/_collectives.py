@@ -321,24 +321,46 @@ def reduce_scatter(
     return current().reduce_scatter(tensor, op, group)  # type: ignore[no-any-return]
 
 
+@overload
+def all_to_all(
+    tensors: torch.Tensor, group: Group | None = None, *, same_shape: bool = False
+) -> torch.Tensor: ...
+@overload
 def all_to_all(
     tensors: Sequence[torch.Tensor], group: Group | None = None, *, same_shape: bool = False
-) -> list[torch.Tensor]:
+) -> list[torch.Tensor]: ...
+def all_to_all(
+    tensors: Sequence[torch.Tensor] | torch.Tensor,
+    group: Group | None = None,
+    *,
+    same_shape: bool = False,
+) -> list[torch.Tensor] | torch.Tensor:
     """Send ``tensors[j]`` to group rank j and receive one tensor from every group rank.
 
     Sizes may be uneven: each tensor may have its own shape (same dtype and number of
     dimensions everywhere), and receivers learn the shapes on the way (one small collective
     first). With ``same_shape=True`` every tensor on every rank has one shape and dtype, and
-    that exchange is skipped (as fast as ``torch.distributed.all_to_all_single``).
+    that exchange is skipped: one ``torch.distributed.all_to_all_single`` where the backend
+    has it. Tensors that lie end to end in one buffer (``list(x.chunk(n))``) are sent
+    without a copy; the received tensors are views of one new buffer.
+
+    One tensor instead of a list works as ``torch.distributed.all_to_all_single`` (and
+    ``hvd.alltoall``) with equal splits: its dim 0 is cut into group-size chunks, chunk j
+    goes to rank j, and a tensor of the same shape comes back whose chunk j came from rank
+    j. Every rank passes the same shape; a dim 0 that does not divide is a ValueError.
 
     Returns:
-        A list whose entry j is what group rank j sent to this rank.
+        For a list, a list whose entry j is what group rank j sent to this rank; for one
+        tensor, one tensor.
 
     Note:
-        Without a distributed context, returns ``[tensors[0]]``.
+        Without a distributed context, returns ``[tensors[0]]`` (a copy), or a copy of the
+        one tensor.
 
     Example:
         >>> idist.all_to_all([torch.tensor([r * 10 + idist.get_rank()]) for r in range(2)])
         [tensor([0]), tensor([1])]   # on rank 0 of 2; [tensor([10]), tensor([11])] on rank 1
+        >>> idist.all_to_all(torch.arange(4) + 10 * idist.get_rank())
+        tensor([ 0,  1, 10, 11])     # on rank 0 of 2; tensor([ 2,  3, 12, 13]) on rank 1
     """
     return current().all_to_all(tensors, group, same_shape)

@@ -397,6 +397,33 @@ def check_all_to_all_uneven(tmp: Path) -> None:
     assert all(w.dtype == torch.uint32 for w in wide)
 
 
+def check_all_to_all_one_tensor(tmp: Path) -> None:
+    rank, world = _ranks()
+    # Two rows per chunk: rows 2j and 2j+1 go to rank j, which gets them at rows 2*rank...
+    x = torch.tensor([[rank, j, i] for j in range(world) for i in range(2)])
+    before = x.clone()
+    got = idist.all_to_all(x)
+    assert torch.equal(x, before), "all_to_all must not modify its input"
+    assert got.shape == x.shape and got.dtype == x.dtype
+    assert got.tolist() == [[j, rank, i] for j in range(world) for i in range(2)]
+    wide = idist.all_to_all(
+        torch.tensor([rank * 100 + j for j in range(world)], dtype=torch.uint16)
+    )
+    assert wide.dtype == torch.uint16 and wide.tolist() == [j * 100 + rank for j in range(world)]
+    halves = idist.all_to_all(torch.full((world, 3), rank + 0.5).t().contiguous().t())
+    assert halves.tolist() == [[j + 0.5] * 3 for j in range(world)]
+    members = [0, world - 1] if world > 1 else [0]
+    mine = torch.tensor([float(rank)] * len(members))
+    in_group = idist.all_to_all(mine, group=members)
+    if rank in members:
+        assert in_group.tolist() == [float(r) for r in members]
+    else:
+        assert in_group is mine
+    _raises(ValueError, "0-dim", idist.all_to_all, torch.tensor(1.0))
+    if world > 1:
+        _raises(ValueError, "multiple of", idist.all_to_all, torch.ones(world + 1))
+
+
 def check_same_shape_gather_and_all_to_all(tmp: Path) -> None:
     rank, world = _ranks()
     parts = idist.gather(torch.full((2, 3), rank), dst=world - 1, same_shape=True)
@@ -409,6 +436,20 @@ def check_same_shape_gather_and_all_to_all(tmp: Path) -> None:
     assert [w.tolist() for w in wide] == ([[r] for r in range(world)] if rank == 0 else [])
     got = idist.all_to_all([torch.tensor([rank, j]) for j in range(world)], same_shape=True)
     assert [g.tolist() for g in got] == [[j, rank] for j in range(world)]
+    # Chunks of one tensor (sent without a copy), the same rows out of order, and
+    # non-contiguous parts: the right answer each time, and the input left alone.
+    whole = torch.stack([torch.tensor([[rank, j], [10, 20]]) for j in range(world)])
+    kept = whole.clone()
+    got = idist.all_to_all([c.squeeze(0) for c in whole.chunk(world)], same_shape=True)
+    assert [g.tolist() for g in got] == [[[j, rank], [10, 20]] for j in range(world)]
+    assert all(g.data_ptr() != whole.data_ptr() for g in got)
+    backwards = idist.all_to_all([whole[world - 1 - k] for k in range(world)], same_shape=True)
+    assert [g.tolist() for g in backwards] == [
+        [[j, world - 1 - rank], [10, 20]] for j in range(world)
+    ]
+    strided = idist.all_to_all([t.t() for t in whole.unbind(0)], same_shape=True)
+    assert [g.tolist() for g in strided] == [[[j, 10], [rank, 20]] for j in range(world)]
+    assert torch.equal(whole, kept)
     members = [0, world - 1] if world > 1 else [0]
     in_group = idist.all_to_all(
         [torch.tensor([float(rank)]) for _ in members], group=members, same_shape=True

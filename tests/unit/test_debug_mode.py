@@ -57,6 +57,8 @@ def _print(call: str, site: str = "here.py:1 in f", **args: Any) -> Fingerprint:
          {"x": torch.zeros(3), "dst": 0, "same_shape": True}),
         ("all_to_all", {"x": [torch.zeros(1)] * 2, "same_shape": True},
          {"x": [torch.zeros(2)] * 2, "same_shape": True}),
+        ("all_to_all", {"x": torch.zeros(4)}, {"x": torch.zeros(6)}),  # one tensor: one shape
+        ("all_to_all", {"x": torch.zeros(4)}, {"x": [torch.zeros(2)] * 2}),
         ("scatter", {"x": None, "src": 0, "out": torch.zeros(2)},
          {"x": [torch.zeros(2)] * 2, "src": 0, "out": torch.zeros(3)}),
     ],

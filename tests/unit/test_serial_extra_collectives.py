@@ -68,3 +68,35 @@ def test_all_to_all_returns_what_rank_zero_sent_itself() -> None:
 def test_bad_input_fails_as_with_many_ranks(call: object, error: type, text: str) -> None:
     with pytest.raises(error, match=text):
         call()  # type: ignore[operator]
+
+
+def test_all_to_all_of_one_tensor_returns_a_copy_of_it() -> None:
+    x = torch.arange(6).reshape(3, 2)
+    back = idist.all_to_all(x)
+    assert torch.equal(back, x) and back.data_ptr() != x.data_ptr()
+    with pytest.raises(ValueError, match="0-dim tensor, which has no dim 0, or pass a list"):
+        idist.all_to_all(torch.tensor(1.0))
+    with pytest.raises(TypeError, match="dense"):
+        idist.all_to_all(torch.ones(2).to_sparse())
+
+
+def test_chunks_of_one_tensor_are_joined_without_a_copy() -> None:
+    from distbridge.models._extra import _joined
+
+    whole = torch.arange(12.0)
+    joined = _joined(list(whole.chunk(3)), whole.dtype)
+    assert joined.data_ptr() == whole.data_ptr()
+    assert joined.tolist() == list(range(12))
+    part = _joined([whole[2:5], whole[5:6]], whole.dtype)  # end to end, not the whole base
+    assert part.data_ptr() == whole[2:].data_ptr() and part.tolist() == [2.0, 3.0, 4.0, 5.0]
+    for parts in ([whole[5:6], whole[2:5]], [whole[:2], whole[3:5]], [whole[::2][:2], whole[4:6]]):
+        joined = _joined(parts, whole.dtype)  # out of order, a gap, not contiguous: a copy
+        assert joined.tolist() == torch.cat(parts).tolist()
+        assert joined.untyped_storage().data_ptr() != whole.untyped_storage().data_ptr()
+    # Two separate tensors whose memory happens to touch are copied, never viewed as one.
+    memory = memoryview(bytearray(32))
+    a = torch.frombuffer(memory[:16], dtype=torch.float32)
+    b = torch.frombuffer(memory[16:], dtype=torch.float32)
+    assert b.data_ptr() == a.data_ptr() + 16
+    assert _joined([a, b], a.dtype).data_ptr() not in (a.data_ptr(), b.data_ptr())
+    assert _joined([torch.zeros(0), torch.zeros(0)], torch.float32).shape == (0,)

@@ -150,6 +150,11 @@ def dtype_code(dtype: torch.dtype) -> int:
         ) from None
 
 
+def can_send(dtype: torch.dtype) -> bool:
+    """Whether ``dtype`` is in the table both sides share (see ``dtype_code``)."""
+    return dtype in _DTYPE_CODES
+
+
 def dtype_from_code(code: int) -> torch.dtype:
     """The dtype at ``code``; ValueError when the code is not in the table."""
     if not 0 <= code < len(_DTYPES):

@@ -177,6 +177,8 @@ def describe(
         fields, notes = _gathered(args["x"])
     elif call == "all_gather_tensors_with_shapes":
         fields = [*_tensor_fields(args["x"], shape=False), ("shapes", _shapes(args["shapes"]))]
+    elif call == "all_to_all" and _is_tensor(args["x"]):  # one tensor: one shape everywhere
+        fields = _tensor_fields(args["x"], shape=True)
     elif call == "all_to_all":
         fields, notes = _tensors(args["x"])
         if args.get("same_shape") is True:  # the caller vouched for one shape everywhere

@@ -240,7 +240,7 @@ class ComputationModel(BackendPrimitives):
 
     def all_to_all(
         self, tensors: Any, group: Group | None = None, same_shape: bool = False
-    ) -> list[torch.Tensor]:
+    ) -> list[torch.Tensor] | torch.Tensor:
         """Send ``tensors[j]`` to rank j; see ``distbridge.all_to_all``."""
         if self._debug:
             self._check_collective("all_to_all", group, x=tensors, same_shape=same_shape)
