@@ -135,10 +135,12 @@ def _case(func: str, args: st.SearchStrategy[Any], **kw: st.SearchStrategy[Any])
     return st.builds(Case, st.just(func), args, _kw(**kw))
 
 
+# Lists of 1 or 2 entries have the right length in a world of 1 or of 2, so their errors
+# rightly differ between the serial model and 2 ranks: left out, junk lists included.
 _TENSOR_LISTS = st.one_of(
     st.builds(PerRank, TENSORS),
     st.lists(TENSORS, max_size=3).filter(lambda t: len(t) not in (1, 2)),
-    JUNK,
+    JUNK.filter(lambda v: not (isinstance(v, list) and len(v) in (1, 2))),
 )
 _SHAPES = st.one_of(
     st.builds(PerRank, st.lists(st.sampled_from([0, 1, 2, 2**40, 2**62, -1, 1.5, None]))),
@@ -168,7 +170,12 @@ CASES: dict[str, st.SearchStrategy[Case]] = {
         op=OPS,
         group=GROUPS,
     ),
-    "all_to_all": _case("all_to_all", st.tuples(_TENSOR_LISTS), group=GROUPS, same_shape=FLAGS),
+    "all_to_all": _case(
+        "all_to_all",
+        st.tuples(st.one_of(_TENSOR_LISTS, _dense_tensor(st.sampled_from([0, 1, 2, 4])))),
+        group=GROUPS,
+        same_shape=FLAGS,
+    ),
     "new_group": _case("new_group", st.tuples(GROUPS), backend=st.sampled_from(["nope", 3, None])),
     "all_gather_tensors_with_shapes": _case(
         "all_gather_tensors_with_shapes", st.tuples(VALUES, _SHAPES), group=GROUPS

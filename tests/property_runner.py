@@ -50,7 +50,8 @@ class Opaque:
 
 @dataclass(frozen=True)
 class PerRank:
-    """A list with one ``item`` per rank of the world (built where the case runs)."""
+    """A list with one ``item`` per rank of the case's group (when it is a list no longer
+    than the world), else of the world; built where the case runs."""
 
     item: Any
 
@@ -81,19 +82,19 @@ def _build(what: str) -> Any:
     raise ValueError(f"unknown Built({what!r})")
 
 
-def _resolve(value: Any, world: int) -> Any:
+def _resolve(value: Any, ranks: int) -> Any:
     if isinstance(value, PerRank):
-        return [_resolve(value.item, world) for _ in range(world)]
+        return [_resolve(value.item, ranks) for _ in range(ranks)]
     if isinstance(value, Built):
         return _build(value.what)
     if isinstance(value, torch.Tensor):
         return value.clone()  # in-place collectives must not change the case
     if isinstance(value, list):
-        return [_resolve(v, world) for v in value]
+        return [_resolve(v, ranks) for v in value]
     if isinstance(value, tuple):
-        return tuple(_resolve(v, world) for v in value)
+        return tuple(_resolve(v, ranks) for v in value)
     if isinstance(value, dict):
-        return {k: _resolve(v, world) for k, v in value.items()}
+        return {k: _resolve(v, ranks) for k, v in value.items()}
     return value
 
 
@@ -156,9 +157,11 @@ _WRAPPERS: dict[str, Callable[..., Any]] = {
 
 def run_case(case: Case) -> Outcome:
     """Run ``case`` on this rank and record what it raised (or that it returned)."""
-    world = idist.get_world_size()
-    args = _resolve(case.args, world)
-    kwargs = {k: _resolve(v, world) for k, v in case.kwargs}
+    world, group = idist.get_world_size(), dict(case.kwargs).get("group")
+    fits = isinstance(group, (list, tuple, range)) and 0 < len(group) <= world
+    ranks = len(group) if fits else world  # type: ignore[arg-type]
+    args = _resolve(case.args, ranks)
+    kwargs = {k: _resolve(v, ranks) for k, v in case.kwargs}
     func = _WRAPPERS.get(case.func) or getattr(idist, case.func)
     try:
         func(*args, **kwargs)

@@ -28,7 +28,8 @@ __all__ = ["all_to_all", "gather", "reduce", "reduce_scatter", "scatter"]
 
 MAX_DIMS = 8
 _WIDTH = 2 + MAX_DIMS  # a shape row: dtype code, ndim, dims padded with zeros
-_BAD = -1
+_BAD = -1  # a tensor that cannot be sent: every rank raises TypeError
+_WRONG = -2  # arguments that do not fit (scatter's list on src): every rank raises ValueError
 _NOT_A_MEMBER = GroupCache.NOT_A_MEMBER
 
 
@@ -62,8 +63,10 @@ def _why_bad(tensor: object, what: str) -> str:
 def _decode(rows: np.ndarray[Any, Any]) -> tuple[torch.dtype, list[tuple[int, ...]]]:
     """The common dtype and every shape of a table of rows; raises on every rank alike."""
     flat = rows.reshape(-1, _WIDTH)
+    if (flat[:, 0] == _WRONG).any():
+        raise ValueError("The source rank's arguments do not fit (see that rank's error).")
     if (flat[:, 0] == _BAD).any():
-        raise ValueError("A rank passed a tensor that cannot be sent (see that rank's error).")
+        raise TypeError("A rank passed a tensor that cannot be sent (see that rank's error).")
     dtypes = {int(c) for c in flat[:, 0]}
     ndims = {int(n) for n in flat[:, 1]}
     if len(dtypes) > 1:
@@ -203,6 +206,7 @@ def scatter(model: ComputationModel, tensors: Any, src: int, group: Any, out: An
             problem = ValueError(
                 f"scatter needs a list of {size} tensors on the source rank, got {tensors!r}."
             )
+            rows = [[_WRONG] * _WIDTH for _ in range(size)]
         else:
             rows = [_row(t) for t in tensors]
             bad = [i for i, r in enumerate(rows) if r[0] == _BAD]

@@ -39,6 +39,8 @@ def _try_encode(
 ) -> tuple[list[memoryview], Exception | None]:
     try:
         return encode_frame(obj, serializer), None
+    except RecursionError:  # its text depends on where the stack ran out: say it plainly
+        return [], RecursionError("it is nested too deeply (Python's recursion limit)")
     except Exception as err:  # anything pickle or a serializer raises
         return [], err
 
