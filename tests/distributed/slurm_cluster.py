@@ -31,6 +31,7 @@ import pytest
 
 from distbridge.environments.base import derived_port
 from distbridge.environments.slurm import job_key
+from tests.ports import free_port
 
 __all__ = ["NODES", "SlurmCluster", "slurm_cluster", "start_cluster"]
 
@@ -75,12 +76,6 @@ _NODE = (
     "NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} "
     "CPUs={cpus} RealMemory=1000 State=UNKNOWN"
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _port_is_free(port: int) -> bool:
@@ -191,14 +186,14 @@ def start_cluster(folder: Path, timeout: float = _STARTUP_TIMEOUT) -> SlurmClust
         (folder / sub).mkdir(parents=True, exist_ok=True)
     host = socket.gethostname().split(".")[0]
     nodes = "\n".join(
-        _NODE.format(name=name, host=host, port=_free_port(), cpus=CPUS_PER_NODE) for name in NODES
+        _NODE.format(name=name, host=host, port=free_port(), cpus=CPUS_PER_NODE) for name in NODES
     )
     cluster = SlurmCluster(folder)
     cluster.conf.write_text(
         _CONF.format(
             host=host,
             user=getpass.getuser(),
-            ctld_port=_free_port(),
+            ctld_port=free_port(),
             first_job=_first_job_id(),
             d=folder,
             nodes=nodes,

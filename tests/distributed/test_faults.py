@@ -32,17 +32,12 @@ from distbridge.launch.supervisor import run_workers
 from distbridge.models import _fail_together as fail_together
 from tests.distributed import fault_targets as targets
 from tests.distributed.process_checks import assert_gone, child_pids, default_sigint, is_gone
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(120)]
 
 REPO = Path(__file__).resolve().parents[2]
 BOUND = 60.0  # seconds: far above what any fault here takes, far below a process-group timeout
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -161,7 +156,7 @@ def test_a_rank_that_skips_its_last_collective_is_named(tmp_path: Path) -> None:
 def test_peer_failed_under_torchrun(tmp_path: Path) -> None:
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-        "--master-port", str(_free_port()),
+        "--master-port", str(free_port()),
         str(REPO / "tests/distributed/fault_targets.py"), str(tmp_path),
     ]  # fmt: skip
     start = time.monotonic()
@@ -217,7 +212,7 @@ def test_a_taken_master_port_is_a_clear_error(tmp_path: Path) -> None:
 )
 def test_inconsistent_launch_variables_fail_fast(variables: dict[str, str], expected: str) -> None:
     code = "import distbridge as idist\nidist.initialize('gloo')\nprint('initialized')\n"
-    env = _env(MASTER_PORT=str(_free_port()), **variables)
+    env = _env(MASTER_PORT=str(free_port()), **variables)
     start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,

@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
 
@@ -26,12 +27,6 @@ SCRIPT = str(REPO / "tests/distributed/launcher_script.py")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 LAUNCH_TIMEOUT = 240  # seconds for one launch (two cores shared by every process)
 LAYOUT = ("rank", "local_rank", "world_size", "nproc_per_node", "nnodes", "node_rank")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _env() -> dict[str, str]:
@@ -91,7 +86,7 @@ def _check_job(results: list[dict[str, Any]], launcher: str, nnodes: int, nproc:
 
 
 def test_torchrun_two_static_nodes(tmp_path: Path) -> None:
-    port = str(_free_port())
+    port = str(free_port())
     _run_all([
         [*TORCHRUN, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2",
          "--master-addr", "127.0.0.1", "--master-port", port, SCRIPT, str(tmp_path)]
@@ -106,7 +101,7 @@ def test_torchrun_two_static_nodes(tmp_path: Path) -> None:
 
 
 def test_torchrun_two_nodes_with_c10d_rendezvous(tmp_path: Path) -> None:
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     _run_all([
         [*TORCHRUN, "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
          "--rdzv-endpoint", endpoint, "--rdzv-id", f"job{os.getpid()}", SCRIPT, str(tmp_path)]
@@ -142,7 +137,7 @@ def test_mpirun_on_one_node_derives_the_rendezvous(tmp_path: Path) -> None:
 @needs_mpirun
 def test_mpirun_host_list_with_exported_master(tmp_path: Path) -> None:
     # Open MPI counts localhost and 127.0.0.1 as this one node; MASTER_* travel with -x.
-    port = str(_free_port())
+    port = str(free_port())
     _run_all([
         [*MPIRUN, "-H", "localhost:2,127.0.0.1:2", "-np", "4",
          "-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={port}",
@@ -182,7 +177,7 @@ def test_mpirun_two_nodes_with_exported_master(tmp_path: Path) -> None:
     # node's daemon (the host name is the same for both "nodes" here).
     out = tmp_path / "out"
     out.mkdir()
-    port = str(_free_port())
+    port = str(free_port())
     _run_all([[*_two_fake_nodes(tmp_path), "-x", "MASTER_ADDR=127.0.0.1",
                "-x", f"MASTER_PORT={port}", sys.executable, SCRIPT, str(out)]])  # fmt: skip
     results = _results(out, 4)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,16 +17,11 @@ from distbridge.errors import PicklingError, WorkerFailedError
 from distbridge.launch.supervisor import run_workers
 from tests.distributed import launch_targets
 from tests.distributed.process_checks import default_sigint
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(120)]
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _env() -> dict[str, str]:
@@ -45,7 +39,7 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split()[2] == "Z")
 
 
-def test_spawn_returns_results_in_rank_order_with_a_free_port() -> None:
+def test_spawn_returns_results_in_rank_order_with_afree_port() -> None:
     results = idist.spawn("gloo", launch_targets.layout, nproc_per_node=3)
     assert [r["rank"] for r in results] == [0, 1, 2]
     assert [r["local_rank_arg"] for r in results] == [0, 1, 2]
@@ -61,13 +55,13 @@ def test_parallel_spawns_and_returns_results() -> None:
 
 
 def test_spawn_honours_master_port() -> None:
-    port = _free_port()
+    port = free_port()
     results = idist.spawn("gloo", launch_targets.layout, nproc_per_node=2, master_port=port)
     assert {r["master_port"] for r in results} == {str(port)}
 
 
 def test_two_nodes_on_localhost() -> None:
-    port = _free_port()
+    port = free_port()
     code = (
         "import json, sys, distbridge as idist\n"
         "from tests.distributed import launch_targets\n"
@@ -200,7 +194,7 @@ def test_detectron2_launch_with_auto_url() -> None:
 
 
 def test_detectron2_launch_with_tcp_url() -> None:
-    url = f"tcp://127.0.0.1:{_free_port()}"
+    url = f"tcp://127.0.0.1:{free_port()}"
     results = idist.launch(launch_targets.detectron2_main, 2, dist_url=url, args=(5,))
     assert [r["value"] for r in results] == [5, 6]
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,17 +22,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(240)]
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "distributed" / "torchrun_script.py"
 ADDRESSES = ("10.213.0.1", "10.213.0.2")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _ip(*args: str) -> subprocess.CompletedProcess[str]:
@@ -76,7 +71,7 @@ def two_hosts() -> Iterator[list[tuple[str, str]]]:
 def test_torchrun_two_hosts_in_network_namespaces(
     two_hosts: list[tuple[str, str]], tmp_path: Path
 ) -> None:
-    port = str(_free_port())
+    port = str(free_port())
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")])
     nodes = []
@@ -118,7 +113,7 @@ def test_torchrun_two_hosts_in_network_namespaces(
 def test_the_namespaces_are_really_separate(two_hosts: list[tuple[str, str]]) -> None:
     """Node 1 reaches node 0 over the veth link, and not over its own loopback."""
     (ns0, _), (ns1, _) = two_hosts
-    port = str(_free_port())
+    port = str(free_port())
     listen = f"import socket, time; s = socket.socket(); s.bind(('0.0.0.0', {port})); s.listen()"
     server = subprocess.Popen(
         ["ip", "netns", "exec", ns0, sys.executable, "-c", listen + "; time.sleep(60)"]

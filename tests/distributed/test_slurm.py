@@ -8,7 +8,6 @@ the variables SLURM sets. Each task writes one JSON file that the test reads.
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 from distbridge.environments.base import derived_port
 from distbridge.environments.slurm import job_key
 from tests.distributed.slurm_cluster import NODES, SlurmCluster, slurm_cluster
+from tests.ports import free_port
 
 __all__ = ["slurm_cluster"]  # the fixture, imported to be found by pytest
 
@@ -37,12 +37,6 @@ def _srun(cluster: SlurmCluster, out: Path, *options: str) -> list[dict[str, Any
     )
     assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     return _results(out)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _results(out: Path) -> list[dict[str, Any]]:
@@ -139,7 +133,7 @@ def test_torchrun_inside_srun(slurm_cluster: SlurmCluster, tmp_path: Path) -> No
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2"]
     proc = slurm_cluster.run(
         ["srun", "-O", "-N2", "--ntasks-per-node=1", *torchrun, "--nproc-per-node", "2",
-         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
+         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
          "--rdzv-id", "slurm-test", str(SCRIPT.with_name("torchrun_script.py")), str(tmp_path)],
         timeout=STEP_TIMEOUT, cwd=REPO,
     )  # fmt: skip
@@ -159,7 +153,7 @@ def test_spawn_inside_srun(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
         ["srun", "-O", "-N2", "--ntasks-per-node=1", sys.executable, str(SCRIPT), str(tmp_path),
          "spawn"],
         timeout=STEP_TIMEOUT, cwd=REPO,
-        extra_env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())},
+        extra_env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     infos = _results(tmp_path)
