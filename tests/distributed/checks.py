@@ -447,6 +447,12 @@ def check_same_shape_gather_and_all_to_all(tmp: Path) -> None:
     assert [g.tolist() for g in backwards] == [
         [[j, world - 1 - rank], [10, 20]] for j in range(world)
     ]
+    as_floats = whole.to(torch.float32).view(torch.int32)  # chunks whose base is float32
+    got = idist.all_to_all(list(as_floats.chunk(world)), same_shape=True)
+    assert all(g.dtype == torch.int32 for g in got)
+    assert [g.view(torch.float32).squeeze(0).tolist() for g in got] == [
+        [[j, rank], [10, 20]] for j in range(world)
+    ]
     strided = idist.all_to_all([t.t() for t in whole.unbind(0)], same_shape=True)
     assert [g.tolist() for g in strided] == [[[j, 10], [rank, 20]] for j in range(world)]
     assert torch.equal(whole, kept)
@@ -775,6 +781,7 @@ def run_checks_emulated(local_rank: int, names: list[str], tmp: str) -> dict[str
         _do_scatter = ComputationModel._do_scatter
         _do_reduce_scatter = ComputationModel._do_reduce_scatter
         _do_all_to_all = ComputationModel._do_all_to_all
+        _do_all_to_all_even = ComputationModel._do_all_to_all_even
 
     native = _state.current()
     emulating = EmulatingNativeModel.from_context()

@@ -175,6 +175,44 @@ def hvd_check_auto_training(tmp: Path) -> None:
     assert all(torch.equal(every[0], row) for row in every), "weights differ across ranks"
 
 
+def hvd_check_native_alltoall_and_reducescatter(tmp: Path) -> None:
+    """all_to_all and reduce_scatter go through hvd.alltoall / hvd.reducescatter where
+    Horovod has them (counted here), and through the emulation where it has not."""
+    hvd, rank, world = _hvd(), idist.get_rank(), idist.get_world_size()
+    calls: dict[str, int] = {"alltoall": 0, "reducescatter": 0}
+    real = {name: getattr(hvd, name) for name in calls}
+
+    def counted(name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return real[name](*args, **kwargs)
+
+        return call
+
+    for name in calls:
+        setattr(hvd, name, counted(name))
+    try:
+        sent = [torch.full((rank + j + 1,), float(j)) for j in range(world)]
+        uneven = idist.all_to_all(sent)
+        want = [[float(rank)] * (j + rank + 1) for j in range(world)]
+        assert [u.tolist() for u in uneven] == want
+        assert calls["alltoall"] == 1, calls  # the shape rows travel by all-gather
+        flags = torch.tensor([rank * 10 + j for j in range(world)], dtype=torch.bool)
+        one = idist.all_to_all(flags)
+        assert one.tolist() == [bool(j * 10 + rank) for j in range(world)]  # as bytes
+        assert calls["alltoall"] == 2, calls
+        summed = idist.reduce_scatter(torch.ones(world, 3))
+        assert summed.tolist() == [[float(world)] * 3]
+        averaged = idist.reduce_scatter(torch.full((world,), float(rank)), op="AVG")
+        assert averaged.tolist() == [sum(range(world)) / world]
+        assert calls["reducescatter"] == 2, calls
+        smallest = idist.reduce_scatter(torch.full((world,), rank, dtype=torch.int32), op="MIN")
+        assert smallest.tolist() == [0] and calls["reducescatter"] == 2, calls  # emulated
+    finally:
+        for name, function in real.items():
+            setattr(hvd, name, function)
+
+
 def hvd_check_timed_barrier(tmp: Path) -> None:
     barrier_checks.check_timed_barrier(tmp)  # through the TCPStore rank 0 hosts
 

@@ -96,6 +96,47 @@ def check_xla_tensors_stay_where_they_are(tmp: Path) -> None:
     assert received.tolist() == [0, 1, 2]
 
 
+def check_xla_native_all_to_all_and_reduce_scatter(tmp: Path) -> None:
+    """xm.all_to_all (as bytes: exact) and xm.reduce_scatter do the work where they can
+    (counted here); tensors stay on their device."""
+    import torch_xla.core.xla_model as xm
+
+    world, rank, device = idist.get_world_size(), idist.get_rank(), _xla()
+    calls: dict[str, int] = {"all_to_all": 0, "reduce_scatter": 0}
+    real = {name: getattr(xm, name) for name in calls}
+
+    def counted(name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return real[name](*args, **kwargs)
+
+        return call
+
+    for name in calls:
+        setattr(xm, name, counted(name))
+    try:
+        signed = torch.tensor([-0.0, math.nan, 1.5] * world)  # -0.0 and NaN come back as sent
+        for x in (signed, signed.to(device)):  # (a narrow device may flip the NaN's sign)
+            back = idist.all_to_all(x)
+            assert back.device == x.device
+            assert torch.equal(torch.signbit(back.cpu()), torch.signbit(x.cpu()))
+            assert back.cpu()[1::3].isnan().all() and back.cpu()[2::3].tolist() == [1.5] * world
+        parts = idist.all_to_all([torch.full((2,), rank * 10 + j) for j in range(world)])
+        assert [p.tolist() for p in parts] == [[j * 10 + rank] * 2 for j in range(world)]
+        assert calls["all_to_all"] == 3, calls
+        for x in (torch.ones(world, 2), torch.ones(world, 2, device=device)):
+            summed = idist.reduce_scatter(x)
+            assert summed.device == x.device and summed.cpu().tolist() == [[float(world)] * 2]
+        averaged = idist.reduce_scatter(torch.full((world,), float(rank)), op="AVG")
+        assert averaged.tolist() == [sum(range(world)) / world]
+        # CPU float32 goes to the device only where it stores float32 exactly (not under
+        # XLA_USE_BF16): elsewhere it is emulated, exactly.
+        assert calls["reduce_scatter"] == (3 if _model()._holds(torch.float32) else 1), calls
+    finally:
+        for name, function in real.items():
+            setattr(xm, name, function)
+
+
 def _reduction_cases(dtype: torch.dtype) -> list[str]:
     if dtype is torch.bool:
         return ["AND", "OR", "MIN", "MAX"]

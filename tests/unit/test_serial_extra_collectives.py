@@ -81,7 +81,7 @@ def test_all_to_all_of_one_tensor_returns_a_copy_of_it() -> None:
 
 
 def test_chunks_of_one_tensor_are_joined_without_a_copy() -> None:
-    from distbridge.models._extra import _joined
+    from distbridge.models._all_to_all import _joined
 
     whole = torch.arange(12.0)
     joined = _joined(list(whole.chunk(3)), whole.dtype)
@@ -100,3 +100,6 @@ def test_chunks_of_one_tensor_are_joined_without_a_copy() -> None:
     assert b.data_ptr() == a.data_ptr() + 16
     assert _joined([a, b], a.dtype).data_ptr() not in (a.data_ptr(), b.data_ptr())
     assert _joined([torch.zeros(0), torch.zeros(0)], torch.float32).shape == (0,)
+    # Chunks of a view in another dtype have the original tensor as their base: not sent.
+    as_ints = _joined(list(whole.view(torch.int32).chunk(3)), torch.int32)
+    assert as_ints.dtype == torch.int32 and torch.equal(as_ints, whole.view(torch.int32))

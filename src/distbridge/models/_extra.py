@@ -1,15 +1,15 @@
-"""reduce, gather, scatter, reduce_scatter and all_to_all: the algorithm once, over primitives.
+"""reduce, gather, scatter and reduce_scatter: the algorithm once, over primitives.
 
 Shapes may differ across ranks without the caller knowing them: ranks first exchange
 one small row per tensor (dtype code, rank, dims), then move data padded to a common
 shape and trim it. A rank that cannot describe its tensor sends a "bad" row instead
 of raising at once, so every rank raises together rather than some waiting forever.
-The default primitives for backends that lack an op are in ``_emulations``.
+The default primitives for backends that lack an op are in ``_emulations``; all_to_all,
+which shares the shape rows, is in ``_all_to_all``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,7 @@ from distbridge.models._groups import GroupCache
 if TYPE_CHECKING:
     from distbridge.models.base import ComputationModel
 
-__all__ = ["all_to_all", "gather", "reduce", "reduce_scatter", "scatter"]
+__all__ = ["gather", "reduce", "reduce_scatter", "scatter"]
 
 MAX_DIMS = 8
 _WIDTH = 2 + MAX_DIMS  # a shape row: dtype code, ndim, dims padded with zeros
@@ -307,158 +307,3 @@ def reduce_scatter(model: ComputationModel, tensor: Any, op: str, group: Any) ->
         out.div_(size)
     result = out if back is None else back(out)
     return result.to(tensor.device)
-
-
-def all_to_all(
-    model: ComputationModel, tensors: Any, group: Any, same_shape: bool = False
-) -> list[torch.Tensor] | torch.Tensor:
-    """Rank r sends ``tensors[j]`` to group rank j and receives one tensor from each rank;
-    with ``same_shape``, every tensor on every rank has one shape and nothing is exchanged
-    first. One tensor instead of a list: its dim 0 in group-size chunks, one tensor back."""
-    resolved = model._groups.resolve(group)
-    _check_flag("same_shape", same_shape)
-    if isinstance(tensors, torch.Tensor):
-        return tensors if resolved is _NOT_A_MEMBER else _all_to_all_one(model, tensors, resolved)
-    if resolved is _NOT_A_MEMBER:
-        return list(tensors)
-    size, me = model._group_size(resolved), model._group_rank(resolved)
-    if not isinstance(tensors, (list, tuple)) or len(tensors) != size:
-        raise ValueError(
-            f"all_to_all needs a list of {size} tensors (one per rank), got {tensors!r}."
-        )
-    if same_shape:
-        views = _all_to_all_uniform(model, tensors, resolved, size)
-        if views is not None:
-            return views
-    rows = [_row(t) for t in tensors]
-    mine_bad = [i for i, r in enumerate(rows) if r[0] == _BAD]
-    if same_shape:  # the caller vouches for the shapes: no exchange
-        if mine_bad:
-            raise TypeError(_why_bad(tensors[mine_bad[0]], f"tensors[{mine_bad[0]}]"))
-        if any(r != rows[0] for r in rows):
-            found = sorted({(str(t.dtype), tuple(t.shape)) for t in tensors})
-            raise ValueError(
-                f"all_to_all(same_shape=True) needs one dtype and shape for every tensor, "
-                f"got {found}; pass same_shape=False for uneven sizes."
-            )
-        dtype = tensors[0].dtype
-        sent = received = [tuple(tensors[0].shape)] * size
-    else:
-        table = _exchange(model, rows, resolved)  # [sender, receiver, row]
-        if mine_bad:
-            raise TypeError(_why_bad(tensors[mine_bad[0]], f"tensors[{mine_bad[0]}]"))
-        dtype, _ = _decode(table)
-        sent = [tuple(int(d) for d in table[me, j, 2 : 2 + table[me, j, 1]]) for j in range(size)]
-        received = [
-            tuple(int(d) for d in table[j, me, 2 : 2 + table[j, me, 1]]) for j in range(size)
-        ]
-    flat = [model._to_placement(t).reshape(-1) for t in tensors]
-    data = _joined(flat, dtype)
-    in_splits = [math.prod(s) for s in sent]
-    out_splits = [math.prod(s) for s in received]
-    if dtype in model.uncarried_dtypes:
-        width = data.element_size()
-        raw = model._do_all_to_all(
-            carriers.as_bytes(data),
-            [n * width for n in in_splits],
-            [n * width for n in out_splits],
-            resolved,
-        )
-        out = raw.view(dtype)
-    else:
-        out = model._do_all_to_all(data, in_splits, out_splits, resolved)
-    pieces = torch.split(out, out_splits)
-    return [p.reshape(s).to(t.device) for p, s, t in zip(pieces, received, tensors, strict=True)]
-
-
-def _all_to_all_one(model: ComputationModel, x: torch.Tensor, group: Any) -> torch.Tensor:
-    """``all_to_all`` of one tensor, as ``all_to_all_single`` with equal splits: chunk j of dim
-    0 goes to group rank j; returns a new tensor of ``x``'s shape whose chunk j came from rank
-    j. Every rank passes the same shape (nothing is exchanged first)."""
-    size = model._group_size(group)
-    _check_equal_chunks(
-        "all_to_all of one tensor", x, size, f", or pass a list of {size} tensors (any sizes)"
-    )
-    if _row(x)[0] == _BAD:
-        raise TypeError(_why_bad(x, "all_to_all's tensor"))
-    work = model._to_placement(x)
-    if x.dtype in model.uncarried_dtypes:
-        data = carriers.as_bytes(work)
-        splits = [data.numel() // size] * size
-        out = model._do_all_to_all(data, splits, splits, group).view(x.dtype)
-    else:
-        splits = [x.numel() // size] * size
-        out = model._do_all_to_all(work.view(-1), splits, splits, group)
-    out = out.view(x.shape)
-    return out if out.device == x.device else out.to(x.device)
-
-
-def _all_to_all_uniform(
-    model: ComputationModel, tensors: Sequence[Any], group: Any, size: int
-) -> list[torch.Tensor] | None:
-    """``all_to_all(same_shape=True)`` in one pass over ``tensors``, or None when they are not
-    all dense tensors of one sendable dtype, one shape and one device where the backend
-    sends from (the general path then raises or moves them). Chunks of one tensor go
-    without a copy; the received tensors are views of one new buffer. Every tensor read
-    costs here: on a 1 MiB exchange this path is the whole of the facade's overhead."""
-    first = tensors[0]
-    if not isinstance(first, torch.Tensor):
-        return None
-    dtype, shape, device = first.dtype, first.shape, first.device
-    if dtype in model.uncarried_dtypes or not codec.can_send(dtype) or len(shape) > MAX_DIMS:
-        return None
-    numel = first.numel()
-    step = numel * first.element_size()
-    address = first.data_ptr()
-    end_to_end = True
-    for t in tensors:
-        if not isinstance(t, torch.Tensor) or t.layout is not torch.strided:
-            return None
-        if t.dtype is not dtype or t.shape != shape or t.device != device:
-            return None
-        if end_to_end:
-            end_to_end = t.data_ptr() == address and t.is_contiguous()
-            address += step
-    if model._placement(first) != device:
-        return None
-    data = _view_of(first, size * numel) if end_to_end else None
-    if data is None:
-        data = torch.cat([t.reshape(-1) for t in tensors])
-    splits = [numel] * size
-    out = model._do_all_to_all(data, splits, splits, group)
-    return list(out.view(size, *shape).unbind(0))
-
-
-def _joined(parts: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-    """``torch.cat(parts)`` of 1-d tensors, without the copy when they lie end to end in one
-    buffer (as the chunks of ``x.chunk(n)`` do)."""
-    if not parts:
-        return torch.empty(0, dtype=dtype)
-    first = parts[0]
-    step = first.element_size()
-    end = first.data_ptr()
-    for part in parts:
-        if part.data_ptr() != end or not part.is_contiguous():
-            return torch.cat(parts)
-        end += part.numel() * step
-    joined = _view_of(first, (end - first.data_ptr()) // step)
-    return torch.cat(parts) if joined is None else joined
-
-
-def _view_of(first: torch.Tensor, total: int) -> torch.Tensor | None:
-    """A flat view of ``total`` elements from where contiguous ``first`` starts, which the
-    caller found to lie end to end with the next parts; None when they leave its storage."""
-    base = first._base  # for the chunks of one contiguous tensor: that tensor, no new view
-    if (
-        base is not None
-        and base.data_ptr() == first.data_ptr()
-        and base.numel() == total
-        and base.is_contiguous()
-    ):
-        return base if base.dim() == 1 else base.view(-1)
-    # Consecutive addresses could still span two separate buffers that happen to touch:
-    # the view must fit inside the first part's own storage.
-    step = first.element_size()
-    if (first.storage_offset() + total) * step > first.untyped_storage().nbytes():
-        return None
-    return first.as_strided((total,), (1,))  # a view over the same storage

@@ -239,6 +239,14 @@ class BackendPrimitives(ABC):
         rank sent here, concatenated (``out_splits`` long). Default: all-gathers."""
         return emulations.emulate_all_to_all(self, data, in_splits, out_splits, group)
 
+    def _do_all_to_all_even(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
+        """All-to-all of a contiguous ``tensor`` whose dim 0 splits into group-size equal
+        chunks: chunk j to group rank j; returns a new tensor of its shape whose chunk j came
+        from rank j. Default: the flat ``_do_all_to_all``, viewed back in shape."""
+        size = self._group_size(group)
+        splits = [tensor.numel() // size] * size
+        return self._do_all_to_all(tensor.reshape(-1), splits, splits, group).view(tensor.shape)
+
     def _do_all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor, group: Any) -> None:
         """All-gather ``tensor`` into ``out`` (group size times longer). ``tensor`` may be this
         rank's own slot of ``out``. Default: ``_do_all_gather`` and a copy."""

@@ -20,6 +20,7 @@ import torch
 from typing_extensions import Self
 
 from distbridge._types import Group
+from distbridge.models import _all_to_all
 from distbridge.models import _carriers as carriers
 from distbridge.models import _codec as codec
 from distbridge.models import _debug as debug
@@ -244,7 +245,7 @@ class ComputationModel(BackendPrimitives):
         """Send ``tensors[j]`` to rank j; see ``distbridge.all_to_all``."""
         if self._debug:
             self._check_collective("all_to_all", group, x=tensors, same_shape=same_shape)
-        return extra.all_to_all(self, tensors, group, same_shape)
+        return _all_to_all.all_to_all(self, tensors, group, same_shape)
 
     def all_gather_object(
         self, obj: Any, group: Group | None = None, serializer: Serializer | None = None

@@ -10,8 +10,6 @@ ranks that sit out a group's operations never disagree with the others about the
 
 from __future__ import annotations
 
-import math
-import operator
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -24,6 +22,7 @@ from distbridge._types import SpawnResult
 from distbridge.errors import BackendUnavailableError, DistributedError
 from distbridge.models import _carriers as carriers
 from distbridge.models import _coordination as coordination
+from distbridge.models import _horovod_dtypes as hvd_dtypes
 from distbridge.models._debug import debug_flag
 from distbridge.models._horovod_env import environ, hvd_module, mpi_outlives_shutdown, unavailable
 from distbridge.models._layout import Layout, LayoutQueries
@@ -35,18 +34,6 @@ _CPU = torch.device("cpu")
 _DYNAMIC_VAR = "HOROVOD_DYNAMIC_PROCESS_SETS"
 _INIT_KWARGS = ("comm", "process_sets", "debug")
 SPAWN_OPTIONS = ("hosts", "nnodes", "node_rank", "job_timeout", "start_timeout", "verbose")
-#: dtypes Horovod reduces itself (CPU and CUDA).
-_REDUCED = frozenset((torch.int32, torch.int64, torch.float16, torch.float32, torch.float64))
-#: dtypes Horovod gathers and broadcasts itself; the others travel as bytes.
-_MOVED = _REDUCED | {torch.uint8, torch.int8, torch.int16}
-#: reduced in a wider dtype, then cast back (exact: sums wrap as in the narrow type).
-_WIDER = {torch.bool: torch.int32, torch.uint8: torch.int32, torch.int8: torch.int32,
-          torch.bfloat16: torch.float32}  # fmt: skip
-#: signed views for the bitwise fold (two's complement: the same bits).
-_SIGNED = {getattr(torch, f"uint{n}"): getattr(torch, f"int{n}") for n in (16, 32, 64)}
-_FOLD = {"AND": operator.and_, "OR": operator.or_, "PRODUCT": operator.mul}
-_HVD_OPS = {"SUM": "Sum", "AVG": "Average", "ADASUM": "Adasum", "MIN": "Min", "MAX": "Max",
-            "PRODUCT": "Product"}  # fmt: skip
 
 
 class HorovodModel(LayoutQueries, ComputationModel):
@@ -69,7 +56,7 @@ class HorovodModel(LayoutQueries, ComputationModel):
         super().__init__()
         hvd = hvd_module()
         self._hvd = hvd
-        self._ops = {name: getattr(hvd, attr) for name, attr in _HVD_OPS.items()}
+        self._ops = {name: getattr(hvd, attr) for name, attr in hvd_dtypes.HVD_OPS.items()}
         self._world_set = hvd.global_process_set
         self._is_initialized = hvd.is_initialized
         self._mpi_ops = sys.modules["horovod.torch.mpi_ops"]
@@ -233,7 +220,7 @@ class HorovodModel(LayoutQueries, ComputationModel):
                 wide = self._reduce(tensor.to(torch.int32), "MIN" if op == "AND" else "MAX", group)
                 return wide.to(torch.bool)
             return self._fold(tensor, op, group)
-        if dtype in _REDUCED:
+        if dtype in hvd_dtypes.REDUCED:
             return self._reduce(tensor, op, group)
         if dtype.is_complex:
             if op == "PRODUCT":
@@ -243,7 +230,7 @@ class HorovodModel(LayoutQueries, ComputationModel):
         if dtype in carriers.UNCARRIED_BY_C10D:
             carrier, back = carriers.reduce_carrier(tensor, op)
             return back(self._reduce(carrier, op, group))
-        wider = _WIDER.get(dtype)
+        wider = hvd_dtypes.WIDER.get(dtype)
         if wider is None:
             raise TypeError(
                 f"Horovod cannot reduce dtype {dtype}; convert the tensor to float32 or int64 "
@@ -259,15 +246,15 @@ class HorovodModel(LayoutQueries, ComputationModel):
 
     def _fold(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
         """Reduce exactly by gathering every member's tensor and combining them here."""
-        work = tensor.view(_SIGNED.get(tensor.dtype, tensor.dtype))
+        work = tensor.view(hvd_dtypes.SIGNED.get(tensor.dtype, tensor.dtype))
         rows = self._do_all_gather(work.reshape(1, -1), group)
         out = rows[0]
         for row in rows[1:]:
-            out = _FOLD[op](out, row)
+            out = hvd_dtypes.FOLD[op](out, row)
         return out.view(tensor.dtype).reshape(tensor.shape)
 
     def _check_adasum(self, dtype: torch.dtype, group: Any) -> None:
-        if not (dtype.is_floating_point and dtype in _REDUCED | {torch.bfloat16}):
+        if not (dtype.is_floating_point and dtype in hvd_dtypes.REDUCED | {torch.bfloat16}):
             raise TypeError(
                 f"Reduction ADASUM needs a float or floating-point tensor, got {dtype}."
             )
@@ -294,18 +281,49 @@ class HorovodModel(LayoutQueries, ComputationModel):
         ps = self._set(group)
         ops = self._mpi_ops
         name = f"distbridge.allgather.{ps.process_set_id}"
-        if tensor.dtype in _MOVED:
-            gathered: torch.Tensor = ops.synchronize(ops.allgather_async(tensor, name, ps))
-            return gathered
-        rows, row = tensor.shape[0], math.prod(tensor.shape[1:])
-        raw = tensor.reshape(rows, row).view(torch.uint8)  # rows may differ between ranks
-        out: torch.Tensor = ops.synchronize(ops.allgather_async(raw, name, ps))
-        return out.view(tensor.dtype).reshape(out.shape[0], *tensor.shape[1:])
+        # Rows may differ between ranks (ragged), as Horovod allows.
+        sent = hvd_dtypes.as_sent(tensor)
+        out: torch.Tensor = ops.synchronize(ops.allgather_async(sent, name, ps))
+        return hvd_dtypes.as_received(out, tensor)
+
+    @override
+    def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
+        # hvd.reducescatter sums (or averages floats) the dtypes Horovod reduces; the base
+        # class emulates the rest over _do_all_reduce.
+        average = op == "AVG" and tensor.dtype.is_floating_point
+        if tensor.dtype not in hvd_dtypes.REDUCED or not (op == "SUM" or average):
+            return super()._do_reduce_scatter(tensor, op, group)
+        ps = self._set(group)
+        name = f"distbridge.reducescatter.{ps.process_set_id}"
+        out: torch.Tensor = self._hvd.reducescatter(
+            tensor, name=name, op=self._ops[op], process_set=ps
+        )
+        return out
+
+    @override
+    def _do_all_to_all(
+        self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
+    ) -> torch.Tensor:
+        return self._alltoall(data.reshape(-1, 1), in_splits, group).reshape(-1)
+
+    @override
+    def _do_all_to_all_even(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
+        size = self._group_size(group)
+        return self._alltoall(tensor, [tensor.shape[0] // size] * size, group)
+
+    def _alltoall(self, tensor: torch.Tensor, splits: list[int], group: Any) -> torch.Tensor:
+        """hvd.alltoall along dim 0: ``splits[j]`` rows to member j."""
+        ps = self._set(group)
+        name = f"distbridge.alltoall.{ps.process_set_id}"
+        counts = torch.tensor(splits, dtype=torch.int32)
+        sent = hvd_dtypes.as_sent(tensor)
+        out, _ = self._hvd.alltoall(sent, splits=counts, name=name, process_set=ps)
+        return hvd_dtypes.as_received(out, tensor)
 
     @override
     def _do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor:
         ps = self._set(group)
-        work = tensor if tensor.dtype in _MOVED else tensor.reshape(-1).view(torch.uint8)
+        work = tensor if tensor.dtype in hvd_dtypes.MOVED else tensor.reshape(-1).view(torch.uint8)
         name = f"distbridge.broadcast.{ps.process_set_id}.{src}"
         self._hvd.broadcast_(work, root_rank=src, name=name, process_set=ps)
         return tensor

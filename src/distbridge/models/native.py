@@ -37,6 +37,7 @@ from distbridge.models._native_checks import (
     check_group_options,
     optional_argument,
 )
+from distbridge.models._native_context import default_pg as _default_pg
 from distbridge.models._native_init import as_timeout, init_process_group
 from distbridge.models.base import ComputationModel
 
@@ -68,23 +69,6 @@ if dist.is_available():
         getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     )
     _NON_MEMBER = dist.GroupMember.NON_GROUP_MEMBER
-
-    if hasattr(_c10d._world, "_default_pg"):
-        _WORLD = _c10d._world
-
-        def _default_pg() -> Any:
-            """The live default process group, read without torch's property chain (hot path)."""
-            return _WORLD._default_pg
-
-    else:  # pragma: no cover - older or newer torch without the private attribute
-
-        def _default_pg() -> Any:
-            return dist.GroupMember.WORLD
-
-else:  # pragma: no cover - torch built without torch.distributed
-
-    def _default_pg() -> Any:
-        return None
 
 
 def _backend_of(pg: Any) -> str | None:
@@ -338,17 +322,27 @@ class NativeModel(LayoutQueries, ComputationModel):
         self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
     ) -> torch.Tensor:
         if "all_to_all" not in self._emulated:
+            if len({*in_splits, *out_splits}) == 1:  # torch's even path: no split tables
+                return self._do_all_to_all_even(data, group)
             out = data.new_empty(sum(out_splits))
-            even = len({*in_splits, *out_splits}) == 1  # torch's even path: no split tables
             try:
-                if even:
-                    dist.all_to_all_single(out, data, group=group)
-                else:
-                    dist.all_to_all_single(out, data, out_splits, in_splits, group=group)
+                dist.all_to_all_single(out, data, out_splits, in_splits, group=group)
                 return out
             except RuntimeError as err:
                 self._fall_back("all_to_all", err)
         return super()._do_all_to_all(data, in_splits, out_splits, group)
+
+    @override
+    @fail_together.translate_peer_failure
+    def _do_all_to_all_even(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
+        if "all_to_all" not in self._emulated:  # no flat view, no view back: each costs
+            out = torch.empty_like(tensor)
+            try:
+                dist.all_to_all_single(out, tensor, group=group)
+                return out
+            except RuntimeError as err:
+                self._fall_back("all_to_all", err)
+        return super()._do_all_to_all_even(tensor, group)
 
     def _fall_back(self, op: str, err: RuntimeError) -> None:
         """Emulate ``op`` from now on if the backend refused it. Backends refuse an op they

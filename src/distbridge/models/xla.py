@@ -39,10 +39,10 @@ from distbridge.models import _carriers as carriers
 from distbridge.models import _coordination as coordination
 from distbridge.models._debug import debug_flag
 from distbridge.models._layout import Layout, LayoutQueries
+from distbridge.models._native_context import default_pg as _default_pg
 from distbridge.models._xla_dtypes import fold, round_trips
 from distbridge.models._xla_install import BACKEND, IMPORT_FAILURE, import_modules, install_problem
 from distbridge.models.base import ComputationModel
-from distbridge.models.native import _default_pg
 
 __all__ = ["BACKEND", "SPAWN_OPTIONS", "XlaGroup", "XlaModel"]
 
@@ -288,6 +288,38 @@ class XlaModel(LayoutQueries, ComputationModel):
         raw = raw if _on_xla(tensor) else self._cpu(raw)
         rows = self._group_size(group) * tensor.shape[0]
         return carriers.from_bytes(raw, tensor.dtype, (rows, *tensor.shape[1:]))
+
+    @override
+    def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
+        # xm.reduce_scatter where all_reduce would reduce on the device too; else the base
+        # class emulates it over _do_all_reduce (which gathers and folds exactly).
+        on_xla = _on_xla(tensor)
+        if not (self._reduces(tensor.dtype, op) and (on_xla or self._holds(tensor.dtype))):
+            return super()._do_reduce_scatter(tensor, op, group)
+        size = self._group_size(group)
+        work = tensor if on_xla else tensor.to(self._device)
+        groups = self._replica_groups(group)
+        out = self._xm.reduce_scatter(_XM_OPS[op], work, 1.0, 0, size, groups=groups)
+        if op == "AVG":
+            out.div_(size)
+        return out if on_xla else self._cpu(out)
+
+    @override
+    def _do_all_to_all(
+        self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
+    ) -> torch.Tensor:
+        if len({*in_splits, *out_splits}) == 1:  # xm.all_to_all splits evenly only
+            return self._do_all_to_all_even(data, group)
+        return super()._do_all_to_all(data, in_splits, out_splits, group)
+
+    @override
+    def _do_all_to_all_even(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
+        # Raw bytes, as in _do_all_gather: the contiguous dim-0 chunks are equal byte ranges.
+        data = carriers.as_bytes(tensor).to(self._device)
+        size, groups = self._group_size(group), self._replica_groups(group)
+        raw = self._xm.all_to_all(data, 0, 0, size, groups=groups, pin_layout=False)
+        raw = raw if _on_xla(tensor) else self._cpu(raw)
+        return carriers.from_bytes(raw, tensor.dtype, tuple(tensor.shape))
 
     @override
     def _do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor:

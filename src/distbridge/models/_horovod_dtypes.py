@@ -1,0 +1,45 @@
+"""What Horovod moves and reduces itself, and how the other dtypes travel: as rows of bytes.
+
+Horovod's collectives take a handful of dtypes; a tensor of any other dtype goes as its raw
+bytes, one row per entry of dim 0 (so ragged gathers and all-to-all splits still count rows),
+and is viewed back in its own dtype on arrival.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+
+__all__ = ["FOLD", "HVD_OPS", "MOVED", "REDUCED", "SIGNED", "WIDER", "as_received", "as_sent"]
+
+#: dtypes Horovod reduces itself (CPU and CUDA).
+REDUCED = frozenset((torch.int32, torch.int64, torch.float16, torch.float32, torch.float64))
+#: dtypes Horovod gathers, broadcasts and exchanges itself; the others travel as bytes.
+MOVED = REDUCED | {torch.uint8, torch.int8, torch.int16}
+#: reduced in a wider dtype, then cast back (exact: sums wrap as in the narrow type).
+WIDER = {torch.bool: torch.int32, torch.uint8: torch.int32, torch.int8: torch.int32,
+         torch.bfloat16: torch.float32}  # fmt: skip
+#: signed views for the bitwise fold (two's complement: the same bits).
+SIGNED = {getattr(torch, f"uint{n}"): getattr(torch, f"int{n}") for n in (16, 32, 64)}
+FOLD = {"AND": operator.and_, "OR": operator.or_, "PRODUCT": operator.mul}
+#: distbridge's op names -> the names of Horovod's op constants.
+HVD_OPS = {"SUM": "Sum", "AVG": "Average", "ADASUM": "Adasum", "MIN": "Min", "MAX": "Max",
+           "PRODUCT": "Product"}  # fmt: skip
+
+
+def as_sent(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` as Horovod can move it: itself, or its bytes as rows along dim 0."""
+    if tensor.dtype in MOVED:
+        return tensor
+    rows = tensor.reshape(tensor.shape[0], math.prod(tensor.shape[1:]))
+    return rows.view(torch.uint8)
+
+
+def as_received(out: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """What Horovod returned for ``as_sent(like)``, back in ``like``'s dtype and row shape
+    (the number of rows may differ)."""
+    if like.dtype in MOVED:
+        return out
+    return out.view(like.dtype).reshape(out.shape[0], *like.shape[1:])
