@@ -8,6 +8,9 @@ one, medians; the helpers come from ``bench_core``):
    ``same_shape=True``; the judged gather and all_to_all rows use ``same_shape=True``, the
    plain rows (reported, not judged) pay for the exchange, and the ``shape exchange`` rows
    time that alone, so the gap can be read off. torch's own ops need the shapes known.
+   all_to_all of a list returns a list: it is judged against ``all_to_all_single`` whose
+   output is cut into views (the fastest hand-written list-in, list-out code); all_to_all
+   of one tensor against the bare ``all_to_all_single``.
 2. Emulated ops: the base class's default emulations (what a backend without the op gets),
    forced on gloo, against the fastest hand-written emulation that does not use the native
    op (point-to-point sends and receives).
@@ -26,6 +29,7 @@ import gc
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 import warnings
@@ -72,10 +76,10 @@ class Plan:
 
 FULL = Plan(
     sizes=(1 * MIB, 64 * MIB),
-    small_iters=10,
-    small_repeats=6,
+    small_iters=20,
+    small_repeats=15,
     big_iters=1,
-    big_repeats=4,
+    big_repeats=10,
     tiny_iters=30,
     tiny_repeats=4,
     warmup=2,
@@ -104,6 +108,7 @@ class Row:
     distbridge_s: float
     raw_s: float
     target: float | None  # the highest acceptable ratio; None: reported, not judged
+    spread: tuple[float, float] | None = None  # lowest and highest ratio over --runs runs
 
     @property
     def ratio(self) -> float:
@@ -125,6 +130,7 @@ class EmulatingNativeModel(NativeModel):
     _do_scatter = ComputationModel._do_scatter
     _do_reduce_scatter = ComputationModel._do_reduce_scatter
     _do_all_to_all = ComputationModel._do_all_to_all
+    _do_all_to_all_even = ComputationModel._do_all_to_all_even
 
 
 # ---- hand-written code: native ops ------------------------------------------------------------
@@ -158,6 +164,12 @@ def raw_all_to_all(x: torch.Tensor) -> torch.Tensor:
     out = torch.empty_like(x)
     dist.all_to_all_single(out, x)
     return out
+
+
+def raw_all_to_all_chunks(x: torch.Tensor, world: int) -> list[torch.Tensor]:
+    """The fastest hand-written list-in, list-out all_to_all when the chunks tile ``x``:
+    ``all_to_all_single`` on ``x`` itself, its output cut into views."""
+    return list(raw_all_to_all(x).chunk(world))
 
 
 def raw_all_to_all_lists(parts: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -334,6 +346,7 @@ def check_results(me: int, world: int, emulated: bool) -> None:
     _same("scatter out=", into, raw_scatter(mine, numel))
     same = idist.all_to_all(list(x.chunk(world)), same_shape=True)
     _same("all_to_all same_shape", torch.cat(same), raw_all_to_all(x))
+    _same("all_to_all one tensor", idist.all_to_all(x), raw_all_to_all(x))
 
 
 Case = tuple[str, Callable[[], object], Callable[[], object], float | None]
@@ -417,6 +430,12 @@ def native_cases(size: int, me: int, world: int, small: bool) -> list[Case]:
         (
             "all_to_all same_shape",
             lambda: idist.all_to_all(parts, same_shape=True),
+            lambda: raw_all_to_all_chunks(x, world),
+            TARGET_NATIVE,
+        ),
+        (
+            "all_to_all one tensor",
+            lambda: idist.all_to_all(x),
             lambda: raw_all_to_all(x),
             TARGET_NATIVE,
         ),
@@ -440,6 +459,14 @@ def native_cases(size: int, me: int, world: int, small: bool) -> list[Case]:
         ]
     cases.append(
         ("all_to_all / +shapes +cat", lambda: idist.all_to_all(parts), shaped_all_to_all, None)
+    )
+    cases.append(
+        (
+            "all_to_all same_shape / bare single",
+            lambda: idist.all_to_all(parts, same_shape=True),
+            lambda: raw_all_to_all(x),
+            None,
+        )
     )
     cases.append(
         (
@@ -593,8 +620,29 @@ def worker(local_rank: int, plan: Plan, same_algorithm: bool) -> Any:
 # ---- report -----------------------------------------------------------------------------------
 
 
+def combine(runs: Sequence[Sequence[Row]]) -> list[Row]:
+    """One row per measurement over several runs: the median times, so the median ratio,
+    and the lowest and highest ratio of any run."""
+    combined = []
+    for same in zip(*runs, strict=True):
+        first = same[0]
+        ratios = [row.ratio for row in same]
+        combined.append(
+            Row(
+                first.nproc,
+                first.name,
+                first.size,
+                statistics.median(row.distbridge_s for row in same),
+                statistics.median(row.raw_s for row in same),
+                first.target,
+                (min(ratios), max(ratios)) if len(same) > 1 else None,
+            )
+        )
+    return combined
+
+
 def format_table(rows: Sequence[Row]) -> str:
-    header = ("np", "name", "size", "distbridge", "raw", "ratio", "target", "result")
+    header = ("np", "name", "size", "distbridge", "raw", "ratio", "runs", "target", "result")
     lines = [
         (
             str(row.nproc),
@@ -603,6 +651,7 @@ def format_table(rows: Sequence[Row]) -> str:
             _duration(row.distbridge_s),
             _duration(row.raw_s),
             f"{row.ratio:.3f}",
+            "-" if row.spread is None else f"{row.spread[0]:.2f}-{row.spread[1]:.2f}",
             "-" if row.target is None else f"<= {row.target:g}",
             "info" if row.target is None else ("pass" if row.passed else "FAIL"),
         )
@@ -644,32 +693,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="also time each emulation against its own algorithm written by hand",
     )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="repeat the whole bench N times; report median times and the range of ratios",
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a row misses")
     args = parser.parse_args(argv)
     if any(n < 2 for n in args.nproc):
         parser.error("--nproc takes world sizes of 2 or more")
+    if args.runs < 1:
+        parser.error("--runs takes 1 or more")
     plan = QUICK if args.quick else FULL
 
     load_before = _load()
     started = time.perf_counter()
-    rows: list[Row] = []
-    for nproc in args.nproc:
-        results = idist.spawn(
-            "gloo", worker, args=(plan, args.same_algorithm), nproc_per_node=nproc
-        )
-        rows += [Row(**fields) for fields in results[0]]
+    runs: list[list[Row]] = []
+    for _ in range(args.runs):
+        rows: list[Row] = []
+        for nproc in args.nproc:
+            results = idist.spawn(
+                "gloo", worker, args=(plan, args.same_algorithm), nproc_per_node=nproc
+            )
+            rows += [Row(**fields) for fields in results[0]]
+        runs.append(rows)
+    rows = combine(runs)
     elapsed = time.perf_counter() - started
     load_after = _load()
 
     print(format_table(rows))
     print(
-        f"\n{'quick' if args.quick else 'full'} run, {elapsed:.0f} s; torch {torch.__version__}, "
+        f"\n{'quick' if args.quick else 'full'} run x{args.runs}, {elapsed:.0f} s; "
+        f"torch {torch.__version__}, "
         f"python {platform.python_version()}, gloo, {os.cpu_count()} CPUs; "
         f"load average {load_before} before, {load_after} after"
     )
     if args.json is not None:
         report = {
             "quick": args.quick,
+            "runs": args.runs,
             "plan": asdict(plan),
             "torch": torch.__version__,
             "python": platform.python_version(),

@@ -88,7 +88,9 @@ def _bars(
 
 def _describe(name: str, report: dict[str, Any]) -> str:
     kind = "quick" if report.get("quick") else "full"
-    return f"{name}: {kind} run, {report.get('seconds', 0):.0f} s"
+    runs = report.get("runs", 1)
+    times = f" x{runs} (medians)" if runs > 1 else ""
+    return f"{name}: {kind} run{times}, {report.get('seconds', 0):.0f} s"
 
 
 def panels(results: Path) -> list[tuple[dict[str, Any], str]]:
