@@ -25,6 +25,7 @@ import torch
 
 import distbridge as idist
 from tests.distributed import barrier_checks, checks
+from tests.distributed.call_counts import counting
 
 #: what main() saw: the value of HOROVOD_DYNAMIC_PROCESS_SETS after user code's own init
 _CONTEXT: dict[str, Any] = {}
@@ -179,19 +180,7 @@ def hvd_check_native_alltoall_and_reducescatter(tmp: Path) -> None:
     """all_to_all and reduce_scatter go through hvd.alltoall / hvd.reducescatter where
     Horovod has them (counted here), and through the emulation where it has not."""
     hvd, rank, world = _hvd(), idist.get_rank(), idist.get_world_size()
-    calls: dict[str, int] = {"alltoall": 0, "reducescatter": 0}
-    real = {name: getattr(hvd, name) for name in calls}
-
-    def counted(name: str) -> Any:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            calls[name] += 1
-            return real[name](*args, **kwargs)
-
-        return call
-
-    for name in calls:
-        setattr(hvd, name, counted(name))
-    try:
+    with counting(hvd, "alltoall", "reducescatter") as calls:
         sent = [torch.full((rank + j + 1,), float(j)) for j in range(world)]
         uneven = idist.all_to_all(sent)
         want = [[float(rank)] * (j + rank + 1) for j in range(world)]
@@ -208,9 +197,6 @@ def hvd_check_native_alltoall_and_reducescatter(tmp: Path) -> None:
         assert calls["reducescatter"] == 2, calls
         smallest = idist.reduce_scatter(torch.full((world,), rank, dtype=torch.int32), op="MIN")
         assert smallest.tolist() == [0] and calls["reducescatter"] == 2, calls  # emulated
-    finally:
-        for name, function in real.items():
-            setattr(hvd, name, function)
 
 
 def hvd_check_timed_barrier(tmp: Path) -> None:

@@ -17,6 +17,7 @@ import torch
 
 import distbridge as idist
 from tests.distributed import barrier_checks, checks
+from tests.distributed.call_counts import counting
 
 #: Every dtype torch_xla can put on a device, plus complex128 (which torch_xla 2.9 cannot
 #: move exactly: distbridge carries it as bytes).
@@ -102,19 +103,7 @@ def check_xla_native_all_to_all_and_reduce_scatter(tmp: Path) -> None:
     import torch_xla.core.xla_model as xm
 
     world, rank, device = idist.get_world_size(), idist.get_rank(), _xla()
-    calls: dict[str, int] = {"all_to_all": 0, "reduce_scatter": 0}
-    real = {name: getattr(xm, name) for name in calls}
-
-    def counted(name: str) -> Any:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            calls[name] += 1
-            return real[name](*args, **kwargs)
-
-        return call
-
-    for name in calls:
-        setattr(xm, name, counted(name))
-    try:
+    with counting(xm, "all_to_all", "reduce_scatter") as calls:
         signed = torch.tensor([-0.0, math.nan, 1.5] * world)  # -0.0 and NaN come back as sent
         for x in (signed, signed.to(device)):  # (a narrow device may flip the NaN's sign)
             back = idist.all_to_all(x)
@@ -132,9 +121,6 @@ def check_xla_native_all_to_all_and_reduce_scatter(tmp: Path) -> None:
         # CPU float32 goes to the device only where it stores float32 exactly (not under
         # XLA_USE_BF16): elsewhere it is emulated, exactly.
         assert calls["reduce_scatter"] == (3 if _model()._holds(torch.float32) else 1), calls
-    finally:
-        for name, function in real.items():
-            setattr(xm, name, function)
 
 
 def _reduction_cases(dtype: torch.dtype) -> list[str]:
