@@ -422,6 +422,15 @@ def check_all_to_all_one_tensor(tmp: Path) -> None:
     _raises(ValueError, "0-dim", idist.all_to_all, torch.tensor(1.0))
     if world > 1:
         _raises(ValueError, "multiple of", idist.all_to_all, torch.ones(world + 1))
+    # Later calls of a kind already checked take the fast path: the same answers, and
+    # what differs in layout or contiguity, or a bad flag, still gets the checks.
+    for _ in range(2):
+        again = idist.all_to_all(torch.tensor([rank * 100 + j for j in range(world)]))
+        assert again.tolist() == [j * 100 + rank for j in range(world)]
+    strided = torch.tensor([rank * 100 + j for j in range(world) for _ in range(2)])[::2]
+    assert idist.all_to_all(strided).tolist() == [j * 100 + rank for j in range(world)]
+    _raises(TypeError, "same_shape must be True or False", idist.all_to_all, strided,
+            same_shape=1)  # fmt: skip
 
 
 def check_same_shape_gather_and_all_to_all(tmp: Path) -> None:

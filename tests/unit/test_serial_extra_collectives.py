@@ -80,6 +80,20 @@ def test_all_to_all_of_one_tensor_returns_a_copy_of_it() -> None:
         idist.all_to_all(torch.ones(2).to_sparse())
 
 
+def test_all_to_all_of_one_tensor_remembers_what_passed_its_checks() -> None:
+    from distbridge._state import current
+
+    x = torch.arange(4.0)
+    idist.all_to_all(x)
+    assert (x.dtype, x.shape, x.device, x.layout) in current()._fast_all_to_all
+    back = idist.all_to_all(torch.arange(4.0) + 1)  # the fast path
+    assert back.tolist() == [1.0, 2.0, 3.0, 4.0]
+    with pytest.raises(TypeError, match="dense"):  # same dtype, shape, device: not layout
+        idist.all_to_all(torch.arange(4.0).to_sparse())
+    with pytest.raises(TypeError, match="same_shape must be True or False"):
+        idist.all_to_all(x, same_shape=None)  # type: ignore[arg-type]
+
+
 def test_chunks_of_one_tensor_are_joined_without_a_copy() -> None:
     from distbridge.models._all_to_all import _joined
 

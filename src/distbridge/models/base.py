@@ -55,6 +55,9 @@ class ComputationModel(BackendPrimitives):
         # (op as given, dtype, device, layout) -> canonical op, for world all-reduces that
         # need no conversion: see ``_remember_fast_reduce``.
         self._fast_reduce: dict[tuple[str, torch.dtype, torch.device, torch.layout], str] = {}
+        # (dtype, shape, device, layout) of one-tensor world all_to_alls that passed every
+        # check and went to _do_all_to_all_even as they were (see _all_to_all.remember_fast).
+        self._fast_all_to_all: set[tuple[Any, ...]] = set()
 
     # ---- public collectives ------------------------------------------------------------------
 
@@ -245,6 +248,11 @@ class ComputationModel(BackendPrimitives):
         """Send ``tensors[j]`` to rank j; see ``distbridge.all_to_all``."""
         if self._debug:
             self._check_collective("all_to_all", group, x=tensors, same_shape=same_shape)
+        if group is None and type(tensors) is torch.Tensor and type(same_shape) is bool:
+            # Fast path: a tensor of this dtype, shape, device and layout passed every check.
+            key = (tensors.dtype, tensors.shape, tensors.device, tensors.layout)
+            if key in self._fast_all_to_all and tensors.is_contiguous():
+                return self._do_all_to_all_even(tensors, None)
         return _all_to_all.all_to_all(self, tensors, group, same_shape)
 
     def all_gather_object(
