@@ -117,3 +117,12 @@ def test_chunks_of_one_tensor_are_joined_without_a_copy() -> None:
     # Chunks of a view in another dtype have the original tensor as their base: not sent.
     as_ints = _joined(list(whole.view(torch.int32).chunk(3)), torch.int32)
     assert as_ints.dtype == torch.int32 and torch.equal(as_ints, whole.view(torch.int32))
+
+
+def test_bytes_of_one_element_with_any_stride() -> None:
+    from distbridge.models._carriers import as_bytes
+
+    one = torch.tensor([5, 7], dtype=torch.int64)[::2]  # stride 2, yet "contiguous"
+    assert one.is_contiguous() and one.stride() == (2,)
+    assert as_bytes(one).view(torch.int64).tolist() == [5]
+    assert as_bytes(torch.zeros(0)).shape == (0,)

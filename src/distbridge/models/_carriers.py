@@ -44,7 +44,10 @@ def reduce_carrier(
 
 def as_bytes(tensor: torch.Tensor) -> torch.Tensor:
     """A flat uint8 view of a contiguous tensor (shares its storage)."""
-    return tensor.reshape(-1).view(torch.uint8)
+    flat = tensor.reshape(-1)
+    if flat.stride(0) != 1:  # one element with any stride still counts as contiguous
+        flat = flat.as_strided((flat.numel(),), (1,))
+    return flat.view(torch.uint8)
 
 
 def from_bytes(data: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
