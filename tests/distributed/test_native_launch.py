@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import distbridge as idist
 from distbridge.errors import PicklingError, WorkerFailedError
@@ -188,11 +189,20 @@ def test_nnodes_without_master_port_is_refused() -> None:
         idist.spawn("gloo", launch_targets.layout, nproc_per_node=1, nnodes=2, node_rank=0)
 
 
+# detectron2's launch picks NCCL where CUDA is, and NCCL needs a GPU per process.
+_ONE_GPU = pytest.mark.skipif(
+    torch.cuda.is_available() and torch.cuda.device_count() < 2,
+    reason="launch() of 2 processes takes NCCL with CUDA present, and this machine has 1 GPU",
+)
+
+
+@_ONE_GPU
 def test_detectron2_launch_with_auto_url() -> None:
     results = idist.launch(launch_targets.detectron2_main, 2, dist_url="auto", args=(100,))
     assert results == [{"value": 100, "world": 2}, {"value": 101, "world": 2}]
 
 
+@_ONE_GPU
 def test_detectron2_launch_with_tcp_url() -> None:
     url = f"tcp://127.0.0.1:{free_port()}"
     results = idist.launch(launch_targets.detectron2_main, 2, dist_url=url, args=(5,))

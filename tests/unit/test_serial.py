@@ -32,6 +32,9 @@ def _serial() -> Iterator[None]:
     reset_state()
 
 
+CPU = torch.device("cpu")
+
+
 def _same_float(a: float, b: float) -> bool:
     if math.isnan(a) or math.isnan(b):
         return math.isnan(a) and math.isnan(b)
@@ -44,7 +47,7 @@ def _same_float(a: float, b: float) -> bool:
 def test_world_of_one_answers() -> None:
     assert idist.backend() is None
     assert idist.model_name() == "serial"
-    assert idist.device() == torch.device("cpu")
+    assert idist.device() == (torch.device("cuda:0") if torch.cuda.is_available() else CPU)
     assert idist.get_rank() == 0
     assert idist.get_world_size() == 1
     assert idist.get_local_rank() == 0
@@ -91,7 +94,7 @@ def test_show_config_logs_the_serial_layout(caplog: pytest.LogCaptureFixture) ->
     assert "distributed configuration: serial" in lines
     assert "backend: None" in lines
     assert "world size: 1" in lines
-    assert "device: cpu" in lines
+    assert f"device: {'cuda:0' if torch.cuda.is_available() else 'cpu'}" in lines
 
 
 # ---- all_reduce -------------------------------------------------------------------------------
@@ -406,7 +409,8 @@ def test_group_ranks_must_be_ints(bad: list[Any]) -> None:
 def test_group_of_another_type_is_refused(group: Any) -> None:
     for call in _every_collective(group):
         with pytest.raises(
-            TypeError, match=r"The serial model takes group=None or a list of ranks"
+            TypeError,
+            match=r"group must be None, a list of ranks or a group from distbridge.new_group\(\)",
         ):
             call()
 

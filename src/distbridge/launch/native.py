@@ -25,6 +25,7 @@ from distbridge.errors import DistributedError
 from distbridge.launch.pickling import check_picklable
 from distbridge.launch.supervisor import run_workers
 from distbridge.models._fail_together import record_failure
+from distbridge.models._native_init import nccl_gpu_problem, visible_gpus
 
 __all__ = ["spawn_native"]
 
@@ -105,6 +106,10 @@ def spawn_native(
         not isinstance(master_port, int) or not 0 < master_port < 65536
     ):
         raise ValueError(f"master_port must be an int in 1..65535, got {master_port!r}.")
+    if backend == "nccl":
+        problem = nccl_gpu_problem(visible_gpus(), processes_on_node=nproc)
+        if problem is not None:
+            raise ValueError(f"spawn(nproc_per_node={nproc}): {problem}")
     if start_method != "fork":
         check_picklable(fn, args, kwargs_dict)
 

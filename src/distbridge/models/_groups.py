@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from distbridge.models.base import ComputationModel
 
-__all__ = ["GroupCache"]
+__all__ = ["GroupCache", "not_a_group"]
 
 
 _SHOWN = 5  # ranks named at most in an error
@@ -30,6 +30,14 @@ def _shown(ranks: Sequence[object]) -> str:
 
 def _is_rank(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def not_a_group(group: object) -> TypeError:
+    """The error every model raises for a ``group`` that is none of the accepted kinds."""
+    return TypeError(
+        "group must be None, a list of ranks or a group from distbridge.new_group(), "
+        f"got {group!r}."
+    )
 
 
 class _Membership(enum.Enum):

@@ -7,14 +7,25 @@ import os
 from datetime import timedelta
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import HashStore, PrefixStore, TCPStore  # where torch defines them
+from torch.distributed import distributed_c10d as _c10d
 
 from distbridge import environments
 from distbridge.environments import LaunchEnvironment
 from distbridge.errors import DistributedError
+from distbridge.models._layout import Layout, layout_from_env, layout_from_store, node_name
 
-__all__ = ["as_timeout", "init_process_group", "rendezvous_address"]
+__all__ = [
+    "as_timeout",
+    "check_nccl_gpus",
+    "init_process_group",
+    "join_job",
+    "nccl_gpu_problem",
+    "rendezvous_address",
+    "visible_gpus",
+]
 
 _AGENT_STORE_VAR = "TORCHELASTIC_USE_AGENT_STORE"
 _TORCHELASTIC = "torchelastic"
@@ -181,3 +192,83 @@ def as_timeout(timeout: object) -> timedelta | None:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}.")
         return timedelta(seconds=timeout)
     raise TypeError(f"timeout must be a datetime.timedelta or seconds, got {timeout!r}.")
+
+
+def nccl_gpu_problem(
+    gpus: int, *, processes_on_node: int | None = None, local_rank: int | None = None
+) -> str | None:
+    """Why NCCL cannot give each process of this node a GPU of its own, or None if it can.
+
+    NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), and local rank ``r``
+    computes on ``cuda:r``; a process without a GPU would fail later, or hang its peers.
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    seen = f"{gpus} visible CUDA GPU{'' if gpus == 1 else 's'}" + (
+        "" if visible is None else f" (CUDA_VISIBLE_DEVICES={visible!r})"
+    )
+    fix = f"start at most {gpus} processes per node, or use the 'gloo' backend."
+    if gpus == 0:
+        return (
+            f"Backend 'nccl' needs a CUDA GPU per process, and this machine has {seen}; use 'gloo'."
+        )
+    if processes_on_node is not None and processes_on_node > gpus:
+        return (
+            f"Backend 'nccl' needs a CUDA GPU per process: {processes_on_node} processes on "
+            f"this node, {seen}; {fix}"
+        )
+    if local_rank is not None and local_rank >= gpus:
+        return (
+            f"Backend 'nccl' needs a CUDA GPU per process: local rank {local_rank} would "
+            f"compute on cuda:{local_rank}, and this machine has {seen}; {fix}"
+        )
+    return None
+
+
+def visible_gpus() -> int:
+    """The number of CUDA GPUs this process can use (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_nccl_gpus(processes_on_node: int | None, local_rank: int | None) -> None:
+    """``DistributedError`` with ``nccl_gpu_problem``'s reason, if there is one."""
+    problem = nccl_gpu_problem(
+        visible_gpus(), processes_on_node=processes_on_node, local_rank=local_rank
+    )
+    if problem is not None:
+        raise DistributedError(problem)
+
+
+def join_job(
+    backend: str,
+    *,
+    timeout: timedelta | None,
+    init_method: str | None,
+    rank: int | None,
+    world_size: int | None,
+) -> Layout:
+    """Create the default process group the way this process was launched, and return this
+    process's place in the job; with NCCL, make ``cuda:<local rank>`` the current device.
+
+    Raises:
+        DistributedError: as ``init_process_group``, or NCCL without a GPU for this process
+            (said before the rendezvous where the launcher tells the local layout).
+    """
+    launch = environments.detect()
+    explicit = init_method is not None or rank is not None or world_size is not None
+    if backend == "nccl" and launch is not None and not explicit:
+        check_nccl_gpus(launch.local_world_size, launch.local_rank)  # before the peers wait
+    init_process_group(
+        backend, timeout=timeout, init_method=init_method, rank=rank, world_size=world_size
+    )
+    rank, world = dist.get_rank(), dist.get_world_size()
+    layout = layout_from_env(launch, rank, world, guess=False)
+    if layout is None:
+        layout = layout_from_store(_c10d._get_default_store(), rank, world, node_name(launch))
+    if backend == "nccl":
+        try:
+            check_nccl_gpus(layout.nproc_per_node, layout.local_rank)
+        except DistributedError:
+            dist.destroy_process_group()
+            raise
+        torch.cuda.set_device(layout.local_rank)
+    return layout

@@ -24,6 +24,7 @@ from distbridge.models import _carriers as carriers
 from distbridge.models import _coordination as coordination
 from distbridge.models import _horovod_dtypes as hvd_dtypes
 from distbridge.models._debug import debug_flag
+from distbridge.models._groups import not_a_group
 from distbridge.models._horovod_env import environ, hvd_module, mpi_outlives_shutdown, unavailable
 from distbridge.models._layout import Layout, LayoutQueries
 from distbridge.models.base import ComputationModel
@@ -375,10 +376,7 @@ class HorovodModel(LayoutQueries, ComputationModel):
     @override
     def _check_group(self, group: object) -> None:
         if not isinstance(group, self._hvd.ProcessSet) or group.process_set_id is None:
-            raise TypeError(
-                "group must be None, a list of ranks or a horovod ProcessSet registered with "
-                f"Horovod (hvd.add_process_set or hvd.init(process_sets=...)), got {group!r}."
-            )
+            raise not_a_group(group)  # or a ProcessSet registered with Horovod
 
     @override
     def _group_size(self, group: Any) -> int:

@@ -24,13 +24,13 @@ from distbridge.models import _coordination as coordination
 from distbridge.models import _fail_together as fail_together
 from distbridge.models._carriers import UNCARRIED_BY_C10D
 from distbridge.models._debug import debug_flag
+from distbridge.models._fold import fold
+from distbridge.models._groups import not_a_group
 from distbridge.models._layout import (
     Layout,
     LayoutQueries,
     export_layout,
     layout_from_env,
-    layout_from_store,
-    node_name,
 )
 from distbridge.models._native_checks import (
     backend_problem,
@@ -38,7 +38,7 @@ from distbridge.models._native_checks import (
     optional_argument,
 )
 from distbridge.models._native_context import default_pg as _default_pg
-from distbridge.models._native_init import as_timeout, init_process_group
+from distbridge.models._native_init import as_timeout, join_job, visible_gpus
 from distbridge.models.base import ComputationModel
 
 __all__ = ["NativeModel"]
@@ -52,8 +52,6 @@ SPAWN_OPTIONS = (
 )  # fmt: skip
 
 if dist.is_available():
-    from torch.distributed import distributed_c10d as _c10d
-
     _OPS = {
         "SUM": dist.ReduceOp.SUM,
         "PRODUCT": dist.ReduceOp.PRODUCT,
@@ -105,9 +103,11 @@ class NativeModel(LayoutQueries, ComputationModel):
         self._env_restore = dict(env_set or {})
         self._emulated: set[str] = set()  # ops this backend refused; the base class emulates them
         self._store: Any = None  # the coordination store, made on first use
-        # As in ignite: with CUDA present, every native backend computes on cuda:<local rank>.
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        use_gpu = backend == "nccl" or layout.local_rank < gpus
+        # As in ignite: with CUDA present, every native backend computes on cuda:<local rank>,
+        # where every process of the node has a GPU of its own. Otherwise gloo and mpi compute
+        # on the CPU on every rank alike: mixed devices would hang DDP and gloo's collectives.
+        gpus = visible_gpus()
+        use_gpu = backend == "nccl" or layout.nproc_per_node <= gpus
         self._device = torch.device(f"cuda:{layout.local_rank}") if gpus and use_gpu else _CPU
 
     # ---- class level -----------------------------------------------------------------------
@@ -161,20 +161,14 @@ class NativeModel(LayoutQueries, ComputationModel):
                 f"torch.distributed is already initialized (backend "
                 f"{dist.get_backend()!r}); call distbridge.finalize() before initialize()."
             )
-        init_process_group(
+        layout = join_job(
             backend,
             timeout=as_timeout(kwargs.get("timeout")),
             init_method=optional_argument("init_method", kwargs.get("init_method"), str, 0),
             rank=optional_argument("rank", kwargs.get("rank"), int, 0),
             world_size=optional_argument("world_size", kwargs.get("world_size"), int, 1),
         )
-        rank, world = dist.get_rank(), dist.get_world_size()
-        launch = environments.detect()
-        layout = layout_from_env(launch, rank, world, guess=False)
-        if layout is None:
-            layout = layout_from_store(_c10d._get_default_store(), rank, world, node_name(launch))
-        if backend == "nccl":
-            torch.cuda.set_device(layout.local_rank)
+        rank, world = layout.rank, layout.world_size
         if world > 1:  # an uncaught exception here makes the peers raise PeerFailed
             fail_together.install_excepthook(rank)
         return cls(backend, layout, env_set=export_layout(layout))._set_debug(debug)
@@ -239,6 +233,9 @@ class NativeModel(LayoutQueries, ComputationModel):
     @override
     @fail_together.translate_peer_failure
     def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
+        if op in ("AND", "OR") and self._backend == "nccl":  # NCCL has no bitwise reductions
+            rows = self._do_all_gather(tensor.reshape(1, -1), group)
+            return tensor.copy_(fold(rows, op).view(tensor.shape))
         dist.all_reduce(tensor, op=_OPS[op], group=group)
         return tensor
 
@@ -380,10 +377,7 @@ class NativeModel(LayoutQueries, ComputationModel):
     @override
     def _check_group(self, group: object) -> None:
         if not isinstance(group, dist.ProcessGroup) and group != _NON_MEMBER:
-            raise TypeError(
-                "group must be None, a list of ranks or a torch.distributed.ProcessGroup, "
-                f"got {group!r}."
-            )
+            raise not_a_group(group)
 
     @override
     def _group_size(self, group: Any) -> int:

@@ -25,6 +25,7 @@ from typing_extensions import Self, override
 from distbridge import environments
 from distbridge._types import SpawnResult
 from distbridge.errors import DistributedError
+from distbridge.models._groups import not_a_group
 from distbridge.models._layout import Layout, layout_from_env
 from distbridge.models._native_checks import check_group_options
 from distbridge.models.base import ComputationModel
@@ -95,8 +96,10 @@ class SerialModel(ComputationModel):
         up to date); while none of them finds a context, this model stays current."""
         super().__init__()
         self._watch = watch if watch is not None else _NoProbes()
-        # As in ignite: "cuda" when a GPU is visible, even without a distributed context.
-        self._device = torch.device("cuda") if torch.cuda.is_available() else _CPU
+        # As in ignite, CUDA when a GPU is visible, even without a distributed context; with
+        # its index, so that it equals a tensor's device (cuda:0 != cuda).
+        cuda = torch.cuda.is_available()
+        self._device = torch.device("cuda", torch.cuda.current_device()) if cuda else _CPU
         layout, refusal = _launched()
         # Plain attributes: get_rank() is on logging's hot path.
         self._rank, self._world_size = layout.rank, layout.world_size
@@ -277,9 +280,7 @@ class SerialModel(ComputationModel):
 
     @override
     def _check_group(self, group: object) -> None:
-        raise TypeError(
-            f"The serial model takes group=None or a list of ranks such as [0], got {group!r}."
-        )
+        raise not_a_group(group)  # its groups are lists of ranks, such as [0]
 
     # The world is the launcher's (validation matches the live model's); a group exists
     # only in a world of one (``_make_group`` refuses otherwise), so it is ``[0]``.

@@ -38,9 +38,11 @@ from distbridge.errors import BackendUnavailableError, DistributedError
 from distbridge.models import _carriers as carriers
 from distbridge.models import _coordination as coordination
 from distbridge.models._debug import debug_flag
+from distbridge.models._fold import fold
+from distbridge.models._groups import not_a_group
 from distbridge.models._layout import Layout, LayoutQueries
 from distbridge.models._native_context import default_pg as _default_pg
-from distbridge.models._xla_dtypes import fold, round_trips
+from distbridge.models._xla_dtypes import round_trips
 from distbridge.models._xla_install import BACKEND, IMPORT_FAILURE, import_modules, install_problem
 from distbridge.models.base import ComputationModel
 
@@ -282,21 +284,25 @@ class XlaModel(LayoutQueries, ComputationModel):
 
     @override
     def _do_all_gather(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
+        rows = self._group_size(group) * tensor.shape[0]
+        if tensor.numel() == 0:  # empty on every member (one shape); XLA's gather op refuses it
+            return tensor.new_empty((rows, *tensor.shape[1:]))
         groups = self._replica_groups(group)
         data = carriers.as_bytes(tensor).to(self._device)  # raw bytes: see the module docstring
         raw = self._xm.all_gather(data, dim=0, groups=groups, pin_layout=False)
         raw = raw if _on_xla(tensor) else self._cpu(raw)
-        rows = self._group_size(group) * tensor.shape[0]
         return carriers.from_bytes(raw, tensor.dtype, (rows, *tensor.shape[1:]))
 
     @override
     def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
         # xm.reduce_scatter where all_reduce would reduce on the device too; else the base
         # class emulates it over _do_all_reduce (which gathers and folds exactly).
+        size = self._group_size(group)
+        if tensor.numel() == 0:  # as in _do_all_gather
+            return tensor.new_empty((tensor.shape[0] // size, *tensor.shape[1:]))
         on_xla = _on_xla(tensor)
         if not (self._reduces(tensor.dtype, op) and (on_xla or self._holds(tensor.dtype))):
             return super()._do_reduce_scatter(tensor, op, group)
-        size = self._group_size(group)
         work = tensor if on_xla else tensor.to(self._device)
         groups = self._replica_groups(group)
         out = self._xm.reduce_scatter(_XM_OPS[op], work, 1.0, 0, size, groups=groups)
@@ -314,6 +320,8 @@ class XlaModel(LayoutQueries, ComputationModel):
 
     @override
     def _do_all_to_all_even(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
+        if tensor.numel() == 0:  # empty on every member (one shape); XLA's gather op refuses it
+            return torch.empty_like(tensor)
         # Raw bytes, as in _do_all_gather: the contiguous dim-0 chunks are equal byte ranges.
         data = carriers.as_bytes(tensor).to(self._device)
         size, groups = self._group_size(group), self._replica_groups(group)
@@ -370,10 +378,7 @@ class XlaModel(LayoutQueries, ComputationModel):
     @override
     def _check_group(self, group: object) -> None:
         if not isinstance(group, XlaGroup):
-            raise TypeError(
-                "group must be None, a list of ranks or a group from distbridge.new_group(), "
-                f"got {group!r}."
-            )
+            raise not_a_group(group)
 
     @override
     def _group_size(self, group: Any) -> int:

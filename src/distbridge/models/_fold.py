@@ -1,0 +1,40 @@
+"""The rank-order fold: an exact reduction of the rows an all-gather brought (one per rank),
+for a backend whose own all-reduce is inexact for a dtype or lacks the op (XLA; NCCL has no
+bitwise AND / OR). Works on any device torch computes on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from distbridge.models import _carriers as carriers
+
+__all__ = ["fold"]
+
+_STEPS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "AVG": torch.add,
+    "SUM": torch.add,
+    "PRODUCT": torch.mul,
+    "MIN": torch.minimum,
+    "MAX": torch.maximum,
+    "AND": torch.bitwise_and,
+    "OR": torch.bitwise_or,
+}
+
+
+def fold(rows: torch.Tensor, op: str) -> torch.Tensor:
+    """Reduce the gathered ``rows`` (one per rank) with ``op``, in rank order."""
+    dtype = rows.dtype
+    back: Callable[[torch.Tensor], torch.Tensor] | None = None
+    if dtype in carriers.UNCARRIED_BY_C10D:  # no CPU add / minimum for uint16-64: widen or view
+        rows, back = carriers.reduce_carrier(rows, op)
+    elif (dtype.itemsize == 1 and dtype.is_floating_point) or dtype is torch.complex32:
+        wide = torch.complex64 if dtype.is_complex else torch.float32  # no CPU arithmetic
+        rows, back = rows.to(wide), lambda out: out.to(dtype)
+    out = rows[0]
+    for row in rows[1:]:
+        out = _STEPS[op](out, row)
+    if op == "AVG":
+        out = out / len(rows)
+    return out if back is None else back(out)
