@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from distbridge import _state
+from distbridge.models._barrier import dump_all_stacks
 
 __all__ = ["dump_stacks"]
 
@@ -35,4 +36,4 @@ def dump_stacks(reason: str = "distbridge.dump_stacks() was called") -> str:
     """
     if not isinstance(reason, str):
         raise TypeError(f"reason must be a str, got {reason!r}.")
-    return _state.current()._dump_all_stacks(reason)
+    return dump_all_stacks(_state.current(), reason)

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import torch
 
 from distbridge import _api, _collectives, _state
-from distbridge.models._barrier import check_timeout
+from distbridge.models._barrier import abort_barrier, check_timeout, timed_barrier
 
 __all__ = [
     "get_local_group",
@@ -104,7 +104,7 @@ def one_rank_first(
     limit = check_timeout(timeout) or math.inf
     name = f"one_rank_first(rank={rank}{', local=True' if local else ''})"
     model = _state.current()
-    model._timed_barrier()  # every rank, now: making the store may take a collective
+    timed_barrier(model)  # every rank, now: making the store may take a collective
     if me != rank:
         _collectives.barrier(timeout=limit, name=name)
         yield
@@ -113,7 +113,8 @@ def one_rank_first(
         yield
     except BaseException as err:
         who = _api.get_rank()
-        model._abort_barrier(
+        abort_barrier(
+            model,
             None,
             f"{name}: rank {who} raised {type(err).__name__}: {err} in the block it runs "
             f"first, so the other ranks stop here instead of waiting for it; see rank {who}'s "

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 import distbridge as idist
-from distbridge import environments
+from distbridge import _state, environments
 from distbridge.models import SerialModel
 
 
@@ -465,6 +465,38 @@ def check_same_shape_gather_and_all_to_all(tmp: Path) -> None:
     strided = idist.all_to_all([t.t() for t in whole.unbind(0)], same_shape=True)
     assert [g.tolist() for g in strided] == [[[j, 10], [rank, 20]] for j in range(world)]
     assert torch.equal(whole, kept)
+    # Calls of a kind seen before take the fast paths: the same answers, and lists that are
+    # not x.chunk(world) in order (reversed, one part a copy) still get theirs.
+    x = torch.arange(world * 2).view(world, 2) + 100 * rank
+    want = [[[100 * j + 2 * rank, 100 * j + 2 * rank + 1]] for j in range(world)]
+    for _ in range(3):
+        got = idist.all_to_all(list(x.chunk(world)), same_shape=True)
+        assert [g.tolist() for g in got] == want
+        every = idist.gather(x, dst=0, same_shape=True)
+        assert [p.tolist() for p in every] == (
+            [(x - 100 * rank + 100 * r).tolist() for r in range(world)] if rank == 0 else []
+        )
+    if idist.backend() == "gloo":  # the kinds are known: the loop took the fast paths
+        model = _state.current()
+        assert model._fast_gather.knows(x) and model._fast_all_to_all.knows(x)
+    flipped = idist.all_to_all(list(x.chunk(world))[::-1], same_shape=True)
+    back = 2 * (world - 1 - rank)
+    assert [g.tolist() for g in flipped] == [[[100 * j + back, 100 * j + back + 1]]
+                                             for j in range(world)]  # fmt: skip
+    copied = list(x.chunk(world))
+    copied[-1] = copied[-1].clone()
+    assert [g.tolist() for g in idist.all_to_all(copied, same_shape=True)] == want
+    # Views of a known tensor that lie end to end but are not its chunks along dim 0 (rows
+    # of another width): they must go as themselves, not as the tensor's chunks.
+    wide = torch.arange(world * 4).view(world, 4) + 100 * rank
+    idist.all_to_all(list(wide.chunk(world)), same_shape=True)  # its kind is now known
+    halves = [wide.view(-1)[2 * j : 2 * j + 2].view(1, 2) for j in range(world)]
+    got = idist.all_to_all(halves, same_shape=True)
+    assert [g.tolist() for g in got] == want
+    deeper = idist.all_to_all(list(wide.view(world, 4, 1).chunk(world)), same_shape=True)
+    assert [tuple(g.shape) for g in deeper] == [(1, 4, 1)] * world
+    _raises(ValueError, "dst=", idist.gather, x, dst=world, same_shape=True)
+    _raises(TypeError, "dst must be an int", idist.gather, x, dst=0.0, same_shape=True)
     members = [0, world - 1] if world > 1 else [0]
     in_group = idist.all_to_all(
         [torch.tensor([float(rank)]) for _ in members], group=members, same_shape=True
@@ -501,6 +533,92 @@ def check_scatter_into_out(tmp: Path) -> None:
     else:
         assert idist.scatter(None, out=torch.ones(2)).tolist() == [0.0, 0.0]
     _raises(TypeError, "scatter's out", idist.scatter, None, out=[1.0])
+    # The same kind of out again takes the fast path: the same answers and the same errors,
+    # also for a bad source list or src once the kind is known (the others still get zeros).
+    for step in range(3):
+        mine = idist.scatter([torch.full((2, 2), r + step + 0.5) for r in range(world)]
+                             if rank == src else None, src=src, out=torch.empty(2, 2))  # fmt: skip
+        assert mine.unique().tolist() == [rank + step + 0.5]
+    if rank == src:
+        for wrong in ([torch.zeros(2, 2, dtype=torch.float64)] * world, [torch.zeros(4)] * world):
+            _raises(ValueError, "scatter", idist.scatter, wrong, src=src, out=torch.empty(2, 2))
+    else:
+        for _ in range(2):
+            zeros = idist.scatter(None, src=src, out=torch.ones(2, 2))
+            assert zeros.tolist() == [[0.0, 0.0]] * 2
+    if idist.backend() == "gloo":  # the kind is known: the loop took the fast path
+        assert _state.current()._fast_scatter.knows(torch.empty(2, 2))
+    _raises(ValueError, "src=", idist.scatter, None, src=world, out=torch.empty(2, 2))
+    _raises(TypeError, "src must be an int", idist.scatter, None, src=True, out=torch.empty(2, 2))
+    strided = torch.zeros(2, 4)[:, ::2]  # not contiguous: the general path, written back
+    given = [torch.arange(4.0).view(2, 2).t() + r for r in range(world)]  # transposed chunks
+    idist.scatter(given if rank == 0 else None, out=strided)
+    assert strided.tolist() == [[0.0 + rank, 2.0 + rank], [1.0 + rank, 3.0 + rank]]
+    again = idist.scatter(given if rank == 0 else None, out=torch.empty(2, 2))  # fast path
+    assert again.tolist() == strided.tolist()
+
+
+def check_extra_collectives_keep_the_device(tmp: Path) -> None:
+    """Tensors on ``idist.device()`` come back on it (on NCCL: they never visit the host), and
+    a CPU tensor comes back on the CPU, from every collective, also for a dtype the backend
+    carries as bytes (uint16)."""
+    rank, world = _ranks()
+    device = idist.device()
+    for where in (device, torch.device("cpu")):
+        x = torch.arange(world * 2, dtype=torch.float32, device=where).view(world, 2) + rank
+        wide = torch.full((world,), rank, dtype=torch.uint16, device=where)
+        members = [0, world - 1] if world > 1 else [0]
+        results = {
+            "all_reduce": idist.all_reduce(x.clone()),
+            "all_gather": idist.all_gather(x),
+            "broadcast": idist.broadcast(x.clone(), src=0),
+            "reduce": idist.reduce(x.clone(), dst=0),
+            "reduce_scatter": idist.reduce_scatter(x),
+            "all_to_all": idist.all_to_all(x),
+            "all_to_all uint16": idist.all_to_all(wide),
+            "scatter": idist.scatter(list(x.unbind()) if rank == 0 else None, src=0),
+            "scatter out=": idist.scatter(
+                list(x.unbind()) if rank == 0 else None, out=torch.empty(2, device=where)
+            ),
+            "all_to_all in a group": idist.all_to_all(x[: len(members)], group=members),
+        }
+        for i, part in enumerate(idist.gather(x, dst=0) + idist.gather(wide, dst=0)):
+            results[f"gather {i}"] = part
+        for i, part in enumerate(idist.gather(x, dst=0, same_shape=True)):
+            results[f"gather same_shape {i}"] = part
+        uneven = [torch.full((j + 1,), float(rank), device=where) for j in range(world)]
+        for i, part in enumerate(idist.all_to_all(uneven) + idist.all_to_all(list(x.unbind()))):
+            results[f"all_to_all list {i}"] = part
+        moved = {name: str(out.device) for name, out in results.items() if out.device != where}
+        assert not moved, f"results left {where}: {moved}"
+        total = sum(range(world))
+        assert results["all_reduce"].tolist() == (x * world + total - rank * world).tolist()
+        assert results["reduce_scatter"].tolist() == [
+            [float(world * (2 * rank + i) + total) for i in range(2)]
+        ]
+        assert results["all_to_all"].tolist() == [[2.0 * rank + j, 2.0 * rank + 1 + j]
+                                                  for j in range(world)]  # fmt: skip
+        assert results["all_to_all uint16"].tolist() == list(range(world))
+        assert results["scatter"].tolist() == [2.0 * rank, 2.0 * rank + 1]
+        assert results["scatter out="].tolist() == [2.0 * rank, 2.0 * rank + 1]
+
+
+def check_empty_tensors(tmp: Path) -> None:
+    """Tensors without elements go through every tensor collective, with the shapes a
+    non-empty tensor of their shape would get (XLA's gather op refused them once)."""
+    rank, world = _ranks()
+    for x in (torch.empty(0, 3), torch.empty(world, 0)):
+        rows, rest = x.shape[0], tuple(x.shape[1:])
+        assert idist.all_reduce(x.clone()).shape == x.shape
+        assert idist.all_gather(x).shape == (world * rows, *rest)
+        assert idist.broadcast(x.clone(), src=0).shape == x.shape
+        assert idist.reduce(x.clone(), dst=0).shape == x.shape
+        parts = idist.gather(x, dst=0)
+        assert [p.shape for p in parts] == ([x.shape] * world if rank == 0 else [])
+        assert idist.scatter([x] * world if rank == 0 else None).shape == x.shape
+        assert idist.reduce_scatter(x).shape == (rows // world, *rest)
+        assert idist.all_to_all(x).shape == x.shape
+        assert [t.shape for t in idist.all_to_all([x] * world)] == [x.shape] * world
 
 
 def check_extra_collectives_in_groups(tmp: Path) -> None:
@@ -733,6 +851,7 @@ def check_auto_training(tmp: Path) -> None:
     optimizer = idist.auto_optim(torch.optim.SGD(model.parameters(), lr=0.01))
     for x, y in loader:
         optimizer.zero_grad()
+        x, y = x.to(idist.device()), y.to(idist.device())
         torch.nn.functional.mse_loss(model(x).squeeze(1), y).backward()
         optimizer.step()
     weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])

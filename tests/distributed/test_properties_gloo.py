@@ -31,11 +31,6 @@ _REFERRALS = re.compile(r"see (its|their|that rank's) error|\(src=0\)\. Pass saf
 # each pair of patterns replaced by one placeholder before comparing. They are printed with
 # -s and listed in the report; fixing them is for the owners of serial.py / native.py.
 KNOWN_MODEL_DIFFERENCES = (
-    # _check_group: each model words its "not a group" TypeError its own way.
-    (
-        r"The serial model takes group=None or a list of ranks such as \[0\], got ",
-        r"group must be None, a list of ranks or a torch\.distributed\.ProcessGroup, got ",
-    ),
     # canonical_op names the model an op is unsupported on.
     (r"on the serial model", r"on the native-dist model"),
 )

@@ -1,6 +1,6 @@
 """all_to_all: of a list of tensors (uneven sizes allowed, or one shape with
 ``same_shape``), or of one tensor split along dim 0. The algorithm once, over primitives;
-the shape rows it exchanges for uneven sizes are ``_extra``'s.
+the shape rows it exchanges for uneven sizes are ``_shape_rows``'.
 """
 
 from __future__ import annotations
@@ -13,24 +13,24 @@ import torch
 
 from distbridge.models import _carriers as carriers
 from distbridge.models import _codec as codec
-from distbridge.models._extra import (
-    _BAD,
-    _NOT_A_MEMBER,
+from distbridge.models._groups import GroupCache
+from distbridge.models._shape_rows import (
+    BAD,
     MAX_DIMS,
-    _check_equal_chunks,
-    _check_flag,
-    _decode,
-    _exchange,
-    _row,
-    _why_bad,
+    check_equal_chunks,
+    check_flag,
+    decode,
+    exchange,
+    row,
+    why_bad,
 )
 
 if TYPE_CHECKING:
     from distbridge.models.base import ComputationModel
 
-__all__ = ["all_to_all", "remember_fast"]
+__all__ = ["all_to_all", "chunks_known"]
 
-_MOST_REMEMBERED = 64  # kinds of tensor whose one-tensor all_to_all skips the checks
+_NOT_A_MEMBER = GroupCache.NOT_A_MEMBER
 
 
 def all_to_all(
@@ -40,7 +40,7 @@ def all_to_all(
     with ``same_shape``, every tensor on every rank has one shape and nothing is exchanged
     first. One tensor instead of a list: its dim 0 in group-size chunks, one tensor back."""
     resolved = model._groups.resolve(group)
-    _check_flag("same_shape", same_shape)
+    check_flag("same_shape", same_shape)
     if isinstance(tensors, torch.Tensor):
         return tensors if resolved is _NOT_A_MEMBER else _all_to_all_one(model, tensors, resolved)
     if resolved is _NOT_A_MEMBER:
@@ -54,11 +54,11 @@ def all_to_all(
         views = _all_to_all_uniform(model, tensors, resolved, size)
         if views is not None:
             return views
-    rows = [_row(t) for t in tensors]
-    mine_bad = [i for i, r in enumerate(rows) if r[0] == _BAD]
+    rows = [row(t) for t in tensors]
+    mine_bad = [i for i, r in enumerate(rows) if r[0] == BAD]
     if same_shape:  # the caller vouches for the shapes: no exchange
         if mine_bad:
-            raise TypeError(_why_bad(tensors[mine_bad[0]], f"tensors[{mine_bad[0]}]"))
+            raise TypeError(why_bad(tensors[mine_bad[0]], f"tensors[{mine_bad[0]}]"))
         if any(r != rows[0] for r in rows):
             found = sorted({(str(t.dtype), tuple(t.shape)) for t in tensors})
             raise ValueError(
@@ -68,10 +68,10 @@ def all_to_all(
         dtype = tensors[0].dtype
         sent = received = [tuple(tensors[0].shape)] * size
     else:
-        table = _exchange(model, rows, resolved)  # [sender, receiver, row]
+        table = exchange(model, rows, resolved)  # [sender, receiver, row]
         if mine_bad:
-            raise TypeError(_why_bad(tensors[mine_bad[0]], f"tensors[{mine_bad[0]}]"))
-        dtype, _ = _decode(table)
+            raise TypeError(why_bad(tensors[mine_bad[0]], f"tensors[{mine_bad[0]}]"))
+        dtype, _ = decode(table)
         sent = [tuple(int(d) for d in table[me, j, 2 : 2 + table[me, j, 1]]) for j in range(size)]
         received = [
             tuple(int(d) for d in table[j, me, 2 : 2 + table[j, me, 1]]) for j in range(size)
@@ -100,29 +100,45 @@ def _all_to_all_one(model: ComputationModel, x: torch.Tensor, group: Any) -> tor
     0 goes to group rank j; returns a new tensor of ``x``'s shape whose chunk j came from rank
     j. Every rank passes the same shape (nothing is exchanged first)."""
     size = model._group_size(group)
-    _check_equal_chunks(
+    check_equal_chunks(
         "all_to_all of one tensor", x, size, f", or pass a list of {size} tensors (any sizes)"
     )
-    if _row(x)[0] == _BAD:
-        raise TypeError(_why_bad(x, "all_to_all's tensor"))
+    if row(x)[0] == BAD:
+        raise TypeError(why_bad(x, "all_to_all's tensor"))
     work = model._to_placement(x)
-    if x.dtype in model.uncarried_dtypes:
+    if x.dtype in model.uncarried_dtypes:  # as bytes: row j holds chunk j's bytes
         data = carriers.as_bytes(work)
-        splits = [data.numel() // size] * size
-        out = model._do_all_to_all(data, splits, splits, group).view(x.dtype).view(x.shape)
+        rows = model._do_all_to_all_even(data.view(size, data.numel() // size), group)
+        out = rows.view(-1).view(x.dtype).view(x.shape)
     else:
         if group is None and work is x:
-            remember_fast(model, x)
+            model._fast_all_to_all.remember(x)
         out = model._do_all_to_all_even(work, group)
     return out if out.device == x.device else out.to(x.device)
 
 
-def remember_fast(model: ComputationModel, x: torch.Tensor) -> None:
-    """Let later world all_to_alls of tensors like ``x`` (dtype, shape, device, layout) go
-    straight to ``_do_all_to_all_even``: ``x`` passed every check and went as it was. At 1 MiB
-    the checks cost ~25 us a call with cold caches. At most 64 kinds are remembered."""
-    if len(model._fast_all_to_all) < _MOST_REMEMBERED:
-        model._fast_all_to_all.add((x.dtype, x.shape, x.device, x.layout))
+def chunks_known(model: ComputationModel, tensors: list[Any]) -> list[torch.Tensor] | None:
+    """``all_to_all(tensors, same_shape=True)`` over the world when ``tensors`` is exactly
+    ``list(x.chunk(world))`` of an ``x`` whose kind passed every check before (see
+    ``_fast_path``): ``x`` goes, its answer is cut the same way. None otherwise."""
+    first = tensors[0] if tensors else None
+    if type(first) is not torch.Tensor:
+        return None
+    whole = first._base
+    if whole is None or not model._fast_all_to_all.knows(whole):
+        return None
+    size = model.get_world_size()
+    if len(tensors) != size or _chunked(first, size) is not whole:
+        return None
+    shape = first.shape
+    address, step = whole.data_ptr(), first.numel() * first.element_size()
+    for t in tensors:  # the chunks of ``whole`` along dim 0, in order
+        if type(t) is not torch.Tensor or t._base is not whole or t.shape != shape:
+            return None
+        if t.data_ptr() != address or not t.is_contiguous():
+            return None
+        address += step
+    return list(model._do_all_to_all_even(whole, None).chunk(size))
 
 
 def _all_to_all_uniform(
@@ -155,6 +171,8 @@ def _all_to_all_uniform(
         return None
     whole = _chunked(first, size) if end_to_end else None
     if whole is not None:  # x.chunk(size): x itself goes, and its answer is cut the same way
+        if group is None:
+            model._fast_all_to_all.remember(whole)  # see chunks_known
         return list(model._do_all_to_all_even(whole, group).chunk(size))
     data = _view_of(first, size * numel) if end_to_end else None
     if data is None:

@@ -13,22 +13,40 @@ the failure note a failed rank leaves (``_fail_together``) and raise `PeerFailed
 A member that will never arrive (``one_rank_first``'s chosen rank, when its block raised)
 can ``abort`` the barrier instead: ``done`` then holds its message, and the waiting members
 raise ``DistributedError`` with it.
+
+A model's ``StoreBarrier``, and the stack watcher beside it, are made on first use by
+``timed_barrier(model)``; ``abort_barrier`` and ``dump_all_stacks`` act through them.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import math
 import time
+import weakref
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distbridge.errors import BarrierTimeout, DistributedError, PeerFailed
 from distbridge.models._fail_together import read_failure
+from distbridge.models._groups import GroupCache
+from distbridge.models._stacks import StackWatcher, dump
 
-__all__ = ["StoreBarrier", "check_name", "check_timeout"]
+if TYPE_CHECKING:
+    from distbridge._types import Group
+    from distbridge.models.base import ComputationModel
+
+__all__ = [
+    "StoreBarrier",
+    "abort_barrier",
+    "check_name",
+    "check_timeout",
+    "dump_all_stacks",
+    "timed_barrier",
+]
 
 LOG = logging.getLogger("distbridge")
 #: seconds of waiting before the first "still waiting for ranks ..." warning (at most half
@@ -71,6 +89,42 @@ def check_name(name: object) -> str | None:
 
 def _describe(name: str | None) -> str:
     return "barrier" if name is None else f"barrier {name!r}"
+
+
+def timed_barrier(model: ComputationModel) -> StoreBarrier | None:
+    """``model``'s timed barriers over the coordination store (None without one), and the
+    stack watcher beside them; made on first use, which must happen on every rank alike."""
+    if model._timed is None:
+        store = model._coordination_store()
+        if store is None:
+            return None
+        ref = weakref.ref(model)
+
+        def alive() -> bool:
+            current = ref()
+            return current is not None and current.is_current()
+
+        model._watcher = StackWatcher(store, model.get_rank(), alive)
+        on_timeout = functools.partial(dump_all_stacks, model)
+        model._timed = StoreBarrier(store, model.get_rank(), on_timeout)
+    return model._timed
+
+
+def dump_all_stacks(model: ComputationModel, reason: str) -> str:
+    """Log this rank's stacks and ask every rank that has a stack watcher for theirs."""
+    text = dump(model.get_rank(), reason)
+    if model._watcher is not None:
+        model._watcher.request(reason)
+    return text
+
+
+def abort_barrier(model: ComputationModel, group: Group | None, message: str) -> None:
+    """Skip this rank's next timed barrier on ``group``: its members waiting there raise
+    ``DistributedError(message)`` instead of waiting for this rank."""
+    resolved = model._groups.resolve(group)
+    timed = None if resolved is GroupCache.NOT_A_MEMBER else timed_barrier(model)
+    if timed is not None:
+        timed.abort(model._group_members(resolved), message)
 
 
 class StoreBarrier:

@@ -1,11 +1,11 @@
 """reduce, gather, scatter and reduce_scatter: the algorithm once, over primitives.
 
 Shapes may differ across ranks without the caller knowing them: ranks first exchange
-one small row per tensor (dtype code, rank, dims), then move data padded to a common
-shape and trim it. A rank that cannot describe its tensor sends a "bad" row instead
-of raising at once, so every rank raises together rather than some waiting forever.
-The default primitives for backends that lack an op are in ``_emulations``; all_to_all,
-which shares the shape rows, is in ``_all_to_all``.
+one small row per tensor (dtype code, rank, dims; see ``_shape_rows``), then move data
+padded to a common shape and trim it. A rank that cannot describe its tensor sends a
+"bad" row instead of raising at once, so every rank raises together rather than some
+waiting forever. The default primitives for backends that lack an op are in
+``_emulations``; all_to_all, which shares the shape rows, is in ``_all_to_all``.
 """
 
 from __future__ import annotations
@@ -13,76 +13,33 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from distbridge.models import _carriers as carriers
 from distbridge.models import _codec as codec
 from distbridge.models._checks import check_reducible, region, write_back
 from distbridge.models._groups import GroupCache
+from distbridge.models._shape_rows import (
+    BAD,
+    WIDTH,
+    WRONG,
+    check_equal_chunks,
+    check_flag,
+    decode,
+    exchange,
+    row,
+    why_bad,
+)
 
 if TYPE_CHECKING:
     from distbridge.models.base import ComputationModel
 
-__all__ = ["gather", "reduce", "reduce_scatter", "scatter"]
+__all__ = ["gather", "gather_known", "reduce", "reduce_scatter", "scatter", "scatter_known"]
 
-MAX_DIMS = 8
-_WIDTH = 2 + MAX_DIMS  # a shape row: dtype code, ndim, dims padded with zeros
-_BAD = -1  # a tensor that cannot be sent: every rank raises TypeError
-_WRONG = -2  # arguments that do not fit (scatter's list on src): every rank raises ValueError
 _NOT_A_MEMBER = GroupCache.NOT_A_MEMBER
 
 
-# ---- shape rows -------------------------------------------------------------------------------
-
-
-def _row(tensor: object) -> list[int]:
-    if (
-        not isinstance(tensor, torch.Tensor)
-        or tensor.layout != torch.strided
-        or tensor.dim() > MAX_DIMS
-    ):
-        return [_BAD] * _WIDTH
-    try:
-        code = codec.dtype_code(tensor.dtype)
-    except TypeError:
-        return [_BAD] * _WIDTH
-    return [code, tensor.dim(), *tensor.shape, *[0] * (MAX_DIMS - tensor.dim())]
-
-
-def _why_bad(tensor: object, what: str) -> str:
-    if not isinstance(tensor, torch.Tensor):
-        return f"{what} must be a torch.Tensor, got {type(tensor).__name__}: {tensor!r}."
-    if tensor.layout != torch.strided:
-        return f"{what} must be a dense (strided) tensor, got layout {tensor.layout}."
-    if tensor.dim() > MAX_DIMS:
-        return f"{what} has {tensor.dim()} dimensions; at most {MAX_DIMS} are supported."
-    return f"{what} has dtype {tensor.dtype}, which cannot be sent."
-
-
-def _decode(rows: np.ndarray[Any, Any]) -> tuple[torch.dtype, list[tuple[int, ...]]]:
-    """The common dtype and every shape of a table of rows; raises on every rank alike."""
-    flat = rows.reshape(-1, _WIDTH)
-    if (flat[:, 0] == _WRONG).any():
-        raise ValueError("The source rank's arguments do not fit (see that rank's error).")
-    if (flat[:, 0] == _BAD).any():
-        raise TypeError("A rank passed a tensor that cannot be sent (see that rank's error).")
-    dtypes = {int(c) for c in flat[:, 0]}
-    ndims = {int(n) for n in flat[:, 1]}
-    if len(dtypes) > 1:
-        names = sorted(str(codec.dtype_from_code(c)) for c in dtypes)
-        raise TypeError(f"Every rank must pass the same dtype; got {', '.join(names)}.")
-    if len(ndims) > 1:
-        raise ValueError(f"Every rank must pass tensors with the same number of dims; got {ndims}.")
-    shapes = [tuple(int(d) for d in r[2 : 2 + r[1]]) for r in flat]
-    return codec.dtype_from_code(dtypes.pop()), shapes
-
-
-def _exchange(model: ComputationModel, rows: list[list[int]], group: Any) -> np.ndarray[Any, Any]:
-    """All-gather every rank's rows: an array of shape (group size, len(rows), width)."""
-    local = torch.tensor(rows, dtype=torch.int64, device=model._collective_device())
-    out = model._do_all_gather(local.reshape(-1), group).cpu().numpy()
-    return out.reshape(-1, len(rows), _WIDTH)
+# ---- padding ----------------------------------------------------------------------------------
 
 
 def _largest(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
@@ -144,7 +101,7 @@ def gather(
     other ranks."""
     resolved = model._groups.resolve(group)
     model._check_root("dst", dst, resolved)
-    _check_flag("same_shape", same_shape)
+    check_flag("same_shape", same_shape)
     if same_shape and not isinstance(x, torch.Tensor):
         raise TypeError(f"gather(same_shape=True) takes a tensor, got {type(x).__name__}.")
     if resolved is _NOT_A_MEMBER:
@@ -156,19 +113,22 @@ def gather(
         everything = gather_values(model, x, resolved)
         return everything if is_dst else []
     if same_shape:  # the caller vouches for the shapes: no exchange, nothing to trim
-        if _row(x)[0] == _BAD:
-            raise TypeError(_why_bad(x, "gather's tensor"))
+        if row(x)[0] == BAD:
+            raise TypeError(why_bad(x, "gather's tensor"))
         if x.dtype not in model.uncarried_dtypes:
-            parts = model._do_gather(model._to_placement(x), dst, resolved)
+            work = model._to_placement(x)
+            parts = model._do_gather(work, dst, resolved)
+            if resolved is None and work is x:  # went as it was: see gather_known
+                model._fast_gather.remember(x)
             if not is_dst or parts is None:
                 return []
             return parts if parts[0].device == x.device else [p.to(x.device) for p in parts]
         dtype, shapes = x.dtype, [tuple(x.shape)] * model._group_size(resolved)
     else:
-        table = _exchange(model, [_row(x)], resolved)
-        if (table[:, 0, 0] == _BAD).any() and _row(x)[0] == _BAD:
-            raise TypeError(_why_bad(x, "gather's tensor"))
-        dtype, shapes = _decode(table)
+        table = exchange(model, [row(x)], resolved)
+        if (table[:, 0, 0] == BAD).any() and row(x)[0] == BAD:
+            raise TypeError(why_bad(x, "gather's tensor"))
+        dtype, shapes = decode(table)
     common = _largest(shapes)
     work = model._to_placement(_padded(x, common))
     if dtype in model.uncarried_dtypes:
@@ -181,9 +141,13 @@ def gather(
     return [p[region(None, s)].to(x.device) for p, s in zip(parts, shapes, strict=True)]
 
 
-def _check_flag(name: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {value!r}.")
+def gather_known(model: ComputationModel, x: torch.Tensor, dst: object) -> list[Any] | None:
+    """``gather(x, dst, same_shape=True)`` over the world for an ``x`` of a kind that passed
+    every check before (see ``_fast_path``); None for a ``dst`` that is not plainly right."""
+    if type(dst) is not int or not 0 <= dst < model.get_world_size():
+        return None
+    parts = model._do_gather(x, dst, None)
+    return parts if parts is not None and model.get_rank() == dst else []
 
 
 def scatter(model: ComputationModel, tensors: Any, src: int, group: Any, out: Any = None) -> Any:
@@ -191,8 +155,8 @@ def scatter(model: ComputationModel, tensors: Any, src: int, group: Any, out: An
     With ``out``, every rank receives into it and no shapes are exchanged first."""
     resolved = model._groups.resolve(group)
     model._check_root("src", src, resolved)
-    if out is not None and _row(out)[0] == _BAD:
-        raise TypeError(_why_bad(out, "scatter's out"))
+    if out is not None and row(out)[0] == BAD:
+        raise TypeError(why_bad(out, "scatter's out"))
     if resolved is _NOT_A_MEMBER:
         return None
     size, me = model._group_size(resolved), model._group_rank(resolved)
@@ -200,27 +164,27 @@ def scatter(model: ComputationModel, tensors: Any, src: int, group: Any, out: An
     if out is not None:
         return _scatter_into(model, tensors if is_src else None, out, src, resolved, size)
     problem: Exception | None = None
-    rows = [[_BAD] * _WIDTH for _ in range(size)]
+    rows = [[BAD] * WIDTH for _ in range(size)]
     if is_src:
         if not isinstance(tensors, (list, tuple)) or len(tensors) != size:
             problem = ValueError(
                 f"scatter needs a list of {size} tensors on the source rank, got {tensors!r}."
             )
-            rows = [[_WRONG] * _WIDTH for _ in range(size)]
+            rows = [[WRONG] * WIDTH for _ in range(size)]
         else:
-            rows = [_row(t) for t in tensors]
-            bad = [i for i, r in enumerate(rows) if r[0] == _BAD]
+            rows = [row(t) for t in tensors]
+            bad = [i for i, r in enumerate(rows) if r[0] == BAD]
             if bad:
-                problem = TypeError(_why_bad(tensors[bad[0]], f"tensors[{bad[0]}]"))
+                problem = TypeError(why_bad(tensors[bad[0]], f"tensors[{bad[0]}]"))
     table_t = torch.tensor(rows, dtype=torch.int64, device=model._collective_device())
     table = model._do_broadcast(table_t, src, resolved).cpu().numpy()
     if problem is not None:
         raise problem
-    dtype, shapes = _decode(table)
+    dtype, shapes = decode(table)
     common = _largest(shapes)
     device = tensors[me].device if is_src else model.device()
     out = torch.empty(common, dtype=dtype, device=model._collective_device())
-    chunks = [model._to_placement(_padded(t, common)) for t in tensors] if is_src else None
+    chunks = [_padded(t, common).to(out.device).contiguous() for t in tensors] if is_src else None
     if dtype in model.uncarried_dtypes:
         raw = [carriers.as_bytes(c) for c in chunks] if chunks else None
         got = model._do_scatter(raw, carriers.as_bytes(out), src, resolved)
@@ -243,16 +207,43 @@ def _scatter_into(
         if problem is not None:  # send zeros: the other ranks already wait in the scatter
             tensors = [torch.zeros_like(out)] * size
     work = model._to_placement(out)
-    chunks = [model._to_placement(t) for t in tensors] if tensors is not None else None
+    # The chunks go where the receiving tensor is: gloo scatters CUDA tensors only into CUDA.
+    chunks = [t.to(work.device).contiguous() for t in tensors] if tensors is not None else None
     if out.dtype in model.uncarried_dtypes:
         raw = [carriers.as_bytes(c) for c in chunks] if chunks else None
         got = model._do_scatter(raw, carriers.as_bytes(work), src, group)
         got = carriers.from_bytes(got, out.dtype, tuple(out.shape))
     else:
         got = model._do_scatter(chunks, work, src, group)
+        if group is None and work is out and problem is None:  # went as it was: see scatter_known
+            model._fast_scatter.remember(out)
     if problem is not None:
         raise problem
     return write_back(out, got)
+
+
+def scatter_known(
+    model: ComputationModel, tensors: Any, src: object, out: torch.Tensor
+) -> torch.Tensor | None:
+    """``scatter(tensors, src, out=out)`` over the world for an ``out`` of a kind that passed
+    every check before (see ``_fast_path``): one pass over the source's tensors, nothing else.
+    None when ``src`` or the tensors are not plainly right: the general path then decides
+    (and still sends, so the ranks that came here do not wait in vain)."""
+    world = model.get_world_size()
+    if type(src) is not int or not 0 <= src < world:
+        return None
+    chunks = None
+    if model.get_rank() == src:
+        if type(tensors) not in (list, tuple) or len(tensors) != world:
+            return None
+        dtype, shape, device = out.dtype, out.shape, out.device
+        for t in tensors:
+            if type(t) is not torch.Tensor or t.layout is not torch.strided:
+                return None
+            if t.dtype is not dtype or t.shape != shape or t.device != device:
+                return None
+        chunks = [t.contiguous() for t in tensors]
+    return write_back(out, model._do_scatter(chunks, out, src, None))
 
 
 def _check_scatter_into(tensors: Any, out: torch.Tensor, size: int) -> ValueError | None:
@@ -261,7 +252,7 @@ def _check_scatter_into(tensors: Any, out: torch.Tensor, size: int) -> ValueErro
         return ValueError(
             f"scatter needs a list of {size} tensors on the source rank, got {tensors!r}."
         )
-    wrong = [i for i, t in enumerate(tensors) if _row(t) != _row(out)]
+    wrong = [i for i, t in enumerate(tensors) if row(t) != row(out)]
     if not wrong:
         return None
     t = tensors[wrong[0]]
@@ -270,20 +261,6 @@ def _check_scatter_into(tensors: Any, out: torch.Tensor, size: int) -> ValueErro
         f"scatter(out=...) needs every tensor to have out's dtype and shape "
         f"({out.dtype} {tuple(out.shape)}); tensors[{wrong[0]}] is {found}."
     )
-
-
-def _check_equal_chunks(what: str, tensor: torch.Tensor, size: int, other_way: str) -> None:
-    """ValueError unless dim 0 of ``tensor`` splits into ``size`` equal chunks."""
-    if tensor.dim() == 0:
-        raise ValueError(
-            f"{what} splits dim 0 into {size} equal chunks, but got a 0-dim tensor, "
-            f"which has no dim 0{other_way}."
-        )
-    if tensor.shape[0] % size:
-        raise ValueError(
-            f"{what} splits dim 0 into {size} equal chunks, but dim 0 has size "
-            f"{tensor.shape[0]}; pad it to a multiple of {size}{other_way}."
-        )
 
 
 def reduce_scatter(model: ComputationModel, tensor: Any, op: str, group: Any) -> Any:
@@ -296,7 +273,7 @@ def reduce_scatter(model: ComputationModel, tensor: Any, op: str, group: Any) ->
     if resolved is _NOT_A_MEMBER:
         return tensor
     size = model._group_size(resolved)
-    _check_equal_chunks("reduce_scatter", tensor, size, "")
+    check_equal_chunks("reduce_scatter", tensor, size, "")
     work = model._to_placement(tensor)
     back = None
     if work.dtype in model.uncarried_dtypes:

@@ -10,7 +10,6 @@ group resolution and caching, and the error texts.
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Sequence
 from datetime import timedelta
 from numbers import Integral
@@ -27,12 +26,13 @@ from distbridge.models import _debug as debug
 from distbridge.models import _extra as extra
 from distbridge.models import _object_collectives as objects
 from distbridge.models import _values as values
-from distbridge.models._barrier import StoreBarrier, check_name, check_timeout
+from distbridge.models._barrier import StoreBarrier, check_name, check_timeout, timed_barrier
 from distbridge.models._checks import check_dense, check_reducible, region, write_back
+from distbridge.models._fast_path import FastPath
 from distbridge.models._groups import GroupCache
 from distbridge.models._objects import Serializer
 from distbridge.models._primitives import BackendPrimitives
-from distbridge.models._stacks import StackWatcher, dump
+from distbridge.models._stacks import StackWatcher
 
 __all__ = ["NOT_A_MEMBER", "ComputationModel"]
 
@@ -48,16 +48,16 @@ class ComputationModel(BackendPrimitives):
 
     def __init__(self) -> None:
         self._groups = GroupCache(self)
-        self._timed: StoreBarrier | None = None  # made at the first timed barrier
+        self._timed: StoreBarrier | None = None  # made at the first timed_barrier(self)
         self._watcher: StackWatcher | None = None
         self._debug = debug.enabled_by_env()  # checked first in every public collective
         self._debug_checker = debug.CollectiveChecker()
         # (op as given, dtype, device, layout) -> canonical op, for world all-reduces that
         # need no conversion: see ``_remember_fast_reduce``.
         self._fast_reduce: dict[tuple[str, torch.dtype, torch.device, torch.layout], str] = {}
-        # (dtype, shape, device, layout) of one-tensor world all_to_alls that passed every
-        # check and went to _do_all_to_all_even as they were (see _all_to_all.remember_fast).
-        self._fast_all_to_all: set[tuple[Any, ...]] = set()
+        self._fast_all_to_all = FastPath()  # one-tensor world all_to_alls
+        self._fast_scatter = FastPath()  # the out= of world scatters
+        self._fast_gather = FastPath()  # world gathers with same_shape
 
     # ---- public collectives ------------------------------------------------------------------
 
@@ -158,7 +158,7 @@ class ComputationModel(BackendPrimitives):
         members = self._group_members(resolved)
         if len(members) == 1:
             return
-        timed = self._timed_barrier()
+        timed = timed_barrier(self)
         if timed is not None:
             timed.wait(members, seconds, name)
         elif math.isinf(seconds):
@@ -226,6 +226,11 @@ class ComputationModel(BackendPrimitives):
         """Collect every rank's ``x`` on ``dst``; see ``distbridge.gather``."""
         if self._debug:
             self._check_collective("gather", group, x=x, dst=dst, same_shape=same_shape)
+        fast = group is None and same_shape is True and type(x) is torch.Tensor
+        if fast and self._fast_gather.knows(x):  # a tensor like it passed the checks
+            got = extra.gather_known(self, x, dst)  # None: a bad dst
+            if got is not None:
+                return got
         return extra.gather(self, x, dst, group, same_shape)
 
     def scatter(
@@ -234,6 +239,10 @@ class ComputationModel(BackendPrimitives):
         """Give rank r ``tensors[r]`` from ``src``; see ``distbridge.scatter``."""
         if self._debug:
             self._check_collective("scatter", group, x=tensors, src=src, out=out)
+        if group is None and type(out) is torch.Tensor and self._fast_scatter.knows(out):
+            sent = extra.scatter_known(self, tensors, src, out)  # None: not plainly right
+            if sent is not None:
+                return sent
         return extra.scatter(self, tensors, src, group, out)
 
     def reduce_scatter(self, tensor: Any, op: str = "SUM", group: Group | None = None) -> Any:
@@ -249,10 +258,12 @@ class ComputationModel(BackendPrimitives):
         if self._debug:
             self._check_collective("all_to_all", group, x=tensors, same_shape=same_shape)
         if group is None and type(tensors) is torch.Tensor and type(same_shape) is bool:
-            # Fast path: a tensor of this dtype, shape, device and layout passed every check.
-            key = (tensors.dtype, tensors.shape, tensors.device, tensors.layout)
-            if key in self._fast_all_to_all and tensors.is_contiguous():
+            if self._fast_all_to_all.knows(tensors):  # a tensor like it passed the checks
                 return self._do_all_to_all_even(tensors, None)
+        elif group is None and same_shape is True and type(tensors) is list:
+            got = _all_to_all.chunks_known(self, tensors)  # x.chunk(n) of a known x
+            if got is not None:
+                return got
         return _all_to_all.all_to_all(self, tensors, group, same_shape)
 
     def all_gather_object(
@@ -362,40 +373,6 @@ class ComputationModel(BackendPrimitives):
         )
         if direct:
             self._fast_reduce[(op, x.dtype, x.device, x.layout)] = name
-
-    # ---- timed barriers and stack dumps -------------------------------------------------------
-
-    def _timed_barrier(self) -> StoreBarrier | None:
-        """The timed barriers over the coordination store (None without one), and the stack
-        watcher beside them; made on first use, which must happen on every rank alike."""
-        if self._timed is None:
-            store = self._coordination_store()
-            if store is None:
-                return None
-            ref = weakref.ref(self)
-
-            def alive() -> bool:
-                model = ref()
-                return model is not None and model.is_current()
-
-            self._watcher = StackWatcher(store, self.get_rank(), alive)
-            self._timed = StoreBarrier(store, self.get_rank(), self._dump_all_stacks)
-        return self._timed
-
-    def _dump_all_stacks(self, reason: str) -> str:
-        """Log this rank's stacks and ask every rank that has a stack watcher for theirs."""
-        text = dump(self.get_rank(), reason)
-        if self._watcher is not None:
-            self._watcher.request(reason)
-        return text
-
-    def _abort_barrier(self, group: Group | None, message: str) -> None:
-        """Skip this rank's next timed barrier on ``group``: its members waiting there raise
-        ``DistributedError(message)`` instead of waiting for this rank."""
-        resolved = self._groups.resolve(group)
-        timed = None if resolved is NOT_A_MEMBER else self._timed_barrier()
-        if timed is not None:
-            timed.abort(self._group_members(resolved), message)
 
     def _check_root(self, name: str, root: object, group: Any) -> None:
         """Validate a source / destination global rank (``src``, ``dst``) for ``group``."""

@@ -1,0 +1,109 @@
+"""Shape rows: a tensor described as a short row of ints, exchanged before moving data.
+
+A row holds a dtype code, the number of dims and the dims padded with zeros. Ranks
+all-gather their rows when shapes may differ across ranks; a rank that cannot describe
+its tensor sends a "bad" row instead of raising at once, so every rank raises together
+(``decode``) rather than some waiting forever. Used by ``_extra`` (reduce, gather,
+scatter, reduce_scatter) and ``_all_to_all``, with the argument checks both share.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from distbridge.models import _codec as codec
+
+if TYPE_CHECKING:
+    from distbridge.models.base import ComputationModel
+
+__all__ = [
+    "BAD",
+    "MAX_DIMS",
+    "WIDTH",
+    "WRONG",
+    "check_equal_chunks",
+    "check_flag",
+    "decode",
+    "exchange",
+    "row",
+    "why_bad",
+]
+
+MAX_DIMS = 8
+WIDTH = 2 + MAX_DIMS  # a shape row: dtype code, ndim, dims padded with zeros
+BAD = -1  # a tensor that cannot be sent: every rank raises TypeError
+WRONG = -2  # arguments that do not fit (scatter's list on src): every rank raises ValueError
+
+
+def row(tensor: object) -> list[int]:
+    """``tensor``'s shape row, or a row of ``BAD`` when it cannot be sent."""
+    if (
+        not isinstance(tensor, torch.Tensor)
+        or tensor.layout != torch.strided
+        or tensor.dim() > MAX_DIMS
+    ):
+        return [BAD] * WIDTH
+    try:
+        code = codec.dtype_code(tensor.dtype)
+    except TypeError:
+        return [BAD] * WIDTH
+    return [code, tensor.dim(), *tensor.shape, *[0] * (MAX_DIMS - tensor.dim())]
+
+
+def why_bad(tensor: object, what: str) -> str:
+    """Why ``tensor`` (named ``what``) got a ``BAD`` row."""
+    if not isinstance(tensor, torch.Tensor):
+        return f"{what} must be a torch.Tensor, got {type(tensor).__name__}: {tensor!r}."
+    if tensor.layout != torch.strided:
+        return f"{what} must be a dense (strided) tensor, got layout {tensor.layout}."
+    if tensor.dim() > MAX_DIMS:
+        return f"{what} has {tensor.dim()} dimensions; at most {MAX_DIMS} are supported."
+    return f"{what} has dtype {tensor.dtype}, which cannot be sent."
+
+
+def decode(rows: np.ndarray[Any, Any]) -> tuple[torch.dtype, list[tuple[int, ...]]]:
+    """The common dtype and every shape of a table of rows; raises on every rank alike."""
+    flat = rows.reshape(-1, WIDTH)
+    if (flat[:, 0] == WRONG).any():
+        raise ValueError("The source rank's arguments do not fit (see that rank's error).")
+    if (flat[:, 0] == BAD).any():
+        raise TypeError("A rank passed a tensor that cannot be sent (see that rank's error).")
+    dtypes = {int(c) for c in flat[:, 0]}
+    ndims = {int(n) for n in flat[:, 1]}
+    if len(dtypes) > 1:
+        names = sorted(str(codec.dtype_from_code(c)) for c in dtypes)
+        raise TypeError(f"Every rank must pass the same dtype; got {', '.join(names)}.")
+    if len(ndims) > 1:
+        raise ValueError(f"Every rank must pass tensors with the same number of dims; got {ndims}.")
+    shapes = [tuple(int(d) for d in r[2 : 2 + r[1]]) for r in flat]
+    return codec.dtype_from_code(dtypes.pop()), shapes
+
+
+def exchange(model: ComputationModel, rows: list[list[int]], group: Any) -> np.ndarray[Any, Any]:
+    """All-gather every rank's rows: an array of shape (group size, len(rows), width)."""
+    local = torch.tensor(rows, dtype=torch.int64, device=model._collective_device())
+    out = model._do_all_gather(local.reshape(-1), group).cpu().numpy()
+    return out.reshape(-1, len(rows), WIDTH)
+
+
+def check_flag(name: str, value: object) -> None:
+    """TypeError unless ``value`` is a bool."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}.")
+
+
+def check_equal_chunks(what: str, tensor: torch.Tensor, size: int, other_way: str) -> None:
+    """ValueError unless dim 0 of ``tensor`` splits into ``size`` equal chunks."""
+    if tensor.dim() == 0:
+        raise ValueError(
+            f"{what} splits dim 0 into {size} equal chunks, but got a 0-dim tensor, "
+            f"which has no dim 0{other_way}."
+        )
+    if tensor.shape[0] % size:
+        raise ValueError(
+            f"{what} splits dim 0 into {size} equal chunks, but dim 0 has size "
+            f"{tensor.shape[0]}; pad it to a multiple of {size}{other_way}."
+        )

@@ -1,0 +1,103 @@
+"""The backend-agnostic checks on real NCCL processes, one per GPU, where CUDA is.
+
+NCCL refuses two ranks on one GPU, so the world sizes are 1 up to the number of GPUs (at most
+4). On a machine without a CUDA GPU, or with a torch built without NCCL, every test here is
+skipped with that reason; the CPU suite covers the same checks on gloo.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import distbridge as idist
+from distbridge.testing import run_distributed
+from tests.distributed import checks
+from tests.distributed.check_runs import PerRank, failures, run_per_world_size
+from tests.distributed.test_debug_mode import DISAGREE_ON_PURPOSE
+
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+HAS_NCCL = dist.is_available() and dist.is_nccl_available()
+WORLD_SIZES = tuple(range(1, min(GPUS, 4) + 1))
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.distributed,
+    pytest.mark.gpu,
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(
+        not (GPUS and HAS_NCCL),
+        reason=f"needs a CUDA GPU and a torch with NCCL (GPUs: {GPUS}, NCCL: {HAS_NCCL})",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def nccl_results(tmp_path_factory: pytest.TempPathFactory) -> dict[int, PerRank]:
+    """Every check, once per world size."""
+    return run_per_world_size(tmp_path_factory, "nccl", WORLD_SIZES, timeout=300)
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+@pytest.mark.parametrize("check", checks.CHECKS)
+def test_check(nccl_results: dict[int, PerRank], world_size: int, check: str) -> None:
+    per_rank = nccl_results[world_size]
+    assert len(per_rank) == world_size
+    failed = failures(per_rank, [check])
+    assert not failed, failed
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_the_base_class_emulations_on_nccl(tmp_path: Path, world_size: int) -> None:
+    per_rank = run_distributed(
+        checks.run_checks_emulated,
+        backend="nccl",
+        world_size=world_size,
+        args=(checks.EXTRA_CHECKS, str(tmp_path)),
+        timeout=300,
+    )
+    failed = failures(per_rank)
+    assert not failed, failed
+
+
+def test_checks_pass_in_debug_mode(tmp_path: Path) -> None:
+    names = [n for n in checks.CHECKS if n not in DISAGREE_ON_PURPOSE]
+    per_rank = run_distributed(
+        checks.run_checks,
+        backend="nccl",
+        world_size=min(GPUS, 2),
+        args=(names, str(tmp_path)),
+        timeout=300,
+        debug=True,
+    )
+    failed = failures(per_rank)
+    assert not failed, failed
+
+
+def test_spawn_with_more_processes_than_gpus_is_refused_at_once() -> None:
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="needs a CUDA GPU per process"):
+        idist.spawn("nccl", print, nproc_per_node=GPUS + 1)
+    assert time.monotonic() - start < 10
+
+
+def test_torchrun_with_more_processes_than_gpus_fails_with_the_reason(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "src"), env.get("PYTHONPATH", "")])
+    code = "import distbridge as idist; idist.initialize('nccl')"
+    script = tmp_path / "init_nccl.py"
+    script.write_text(code)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone",
+         "--nproc-per-node", str(GPUS + 1), str(script)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert f"{GPUS + 1} processes on this node" in proc.stdout + proc.stderr, proc.stderr[-3000:]
