@@ -44,7 +44,7 @@ import torch.distributed as dist
 import distbridge as idist
 from distbridge import _state
 from distbridge.models import ComputationModel, NativeModel
-from distbridge.models import _extra as extra
+from distbridge.models import _shape_rows as shape_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -375,7 +375,7 @@ def native_cases(size: int, me: int, world: int, small: bool) -> list[Case]:
     x = torch.zeros(numel, dtype=torch.float32)
     chunks = [torch.zeros(numel, dtype=torch.float32) for _ in range(world)] if me == SRC else None
     parts = list(x.chunk(world))
-    row = extra._row(x)
+    row = shape_rows.row(x)
     rows = [row] * world
 
     def shape_all_gather(n_rows: int) -> torch.Tensor:
@@ -547,11 +547,11 @@ def shape_cases(me: int, world: int) -> list[Case]:
     one 80-byte shape row per rank, decode the table) and what scatter does (broadcast the
     table of rows from src, decode it), each against the bare tiny collective."""
     model = _state.current()
-    row = extra._row(torch.zeros(4))
+    row = shape_rows.row(torch.zeros(4))
     table = [row] * world
 
     def facade_exchange() -> object:
-        return extra._decode(extra._exchange(model, [row], None))
+        return shape_rows.decode(shape_rows.exchange(model, [row], None))
 
     def raw_exchange() -> object:
         out = torch.empty(world * len(row), dtype=torch.int64)
@@ -560,7 +560,7 @@ def shape_cases(me: int, world: int) -> list[Case]:
 
     def facade_table() -> object:
         t = torch.tensor(table, dtype=torch.int64)
-        return extra._decode(model._do_broadcast(t, SRC, None).cpu().numpy())
+        return shape_rows.decode(model._do_broadcast(t, SRC, None).cpu().numpy())
 
     def raw_table() -> object:
         t = torch.tensor(table, dtype=torch.int64)
