@@ -32,7 +32,6 @@ import platform
 import statistics
 import sys
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -53,9 +52,13 @@ from bench_core import MIB, _duration, _size, _time_pair
 TARGET_NATIVE = 1.05  # distbridge / the same native op
 DST = SRC = 0
 
-# The raw single-tensor all-gather (the same choice distbridge's native model makes).
+# The raw single-tensor all-gather and reduce-scatter: the same choice distbridge's native
+# model makes (torch 2.13's names where they exist, the deprecated ones before).
 _gather_into: Callable[..., Any] = (
     getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+)
+_reduce_scatter_into: Callable[..., Any] = (
+    getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 )
 
 
@@ -156,7 +159,7 @@ def raw_scatter(chunks: list[torch.Tensor] | None, numel: int) -> torch.Tensor:
 
 def raw_reduce_scatter(x: torch.Tensor, world: int) -> torch.Tensor:
     out = x.new_empty(x.shape[0] // world)
-    dist.reduce_scatter_tensor(out, x)
+    _reduce_scatter_into(out, x)
     return out
 
 
@@ -576,8 +579,6 @@ def shape_cases(me: int, world: int) -> list[Case]:
 def worker(local_rank: int, plan: Plan, same_algorithm: bool) -> Any:
     """Run in each spawned process: time every row; rank 0 returns them."""
     torch.set_num_threads(1)  # several processes on a small machine: no oversubscription
-    # torch 2.13 deprecates reduce_scatter_tensor (both sides call it): do not print that.
-    warnings.filterwarnings("ignore", message=".*reduce_scatter_tensor.*", category=FutureWarning)
     me, world = idist.get_rank(), idist.get_world_size()
     if idist.backend() != "gloo":
         raise RuntimeError(f"Expected gloo, got {idist.backend()!r}.")

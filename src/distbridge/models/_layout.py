@@ -11,6 +11,8 @@ import torch
 
 from distbridge.environments import LaunchEnvironment
 
+_CPU = torch.device("cpu")
+
 __all__ = [
     "Layout",
     "LayoutQueries",
@@ -36,6 +38,16 @@ class Layout:
         if not isinstance(index, int) or isinstance(index, bool) or index < 0:
             raise ValueError(f"A local rank must be an int >= 0, got {index!r}.")
         return replace(self, local_rank=index)
+
+    def device(self, gpus: int, *, gpu_required: bool = False) -> torch.device:
+        """The device this process computes on, given the ``gpus`` it sees: as in ignite,
+        ``cuda:<local rank>`` where CUDA is, but only where every process of the node has a
+        GPU of its own (or the backend needs one, as NCCL does); else the CPU. Every rank of
+        a node decides alike, so no collective mixes CUDA and CPU tensors (DDP and gloo hang
+        on that, Horovod refuses it)."""
+        if gpus > 0 and (gpu_required or self.nproc_per_node <= gpus):
+            return torch.device("cuda", self.local_rank)
+        return _CPU
 
 
 class LayoutQueries:

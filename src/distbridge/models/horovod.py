@@ -65,8 +65,7 @@ class HorovodModel(LayoutQueries, ComputationModel):
         self._layout = layout
         self._store: Any = None  # the coordination store, made on first use
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        local = layout.local_rank
-        self._device = torch.device(f"cuda:{local}") if local < gpus else _CPU
+        self._device = layout.device(gpus)
 
     # ---- class level -----------------------------------------------------------------------
 

@@ -103,12 +103,7 @@ class NativeModel(LayoutQueries, ComputationModel):
         self._env_restore = dict(env_set or {})
         self._emulated: set[str] = set()  # ops this backend refused; the base class emulates them
         self._store: Any = None  # the coordination store, made on first use
-        # As in ignite: with CUDA present, every native backend computes on cuda:<local rank>,
-        # where every process of the node has a GPU of its own. Otherwise gloo and mpi compute
-        # on the CPU on every rank alike: mixed devices would hang DDP and gloo's collectives.
-        gpus = visible_gpus()
-        use_gpu = backend == "nccl" or layout.nproc_per_node <= gpus
-        self._device = torch.device(f"cuda:{layout.local_rank}") if gpus and use_gpu else _CPU
+        self._device = layout.device(visible_gpus(), gpu_required=backend == "nccl")
 
     # ---- class level -----------------------------------------------------------------------
 
