@@ -139,6 +139,8 @@ def broadcast(
     ranks passed. A tensor is received in place into each rank's tensor (same shape and
     dtype on every rank) unless ``safe_mode=True``, where the source sends dtype and shape
     first and the other ranks may pass None (they get a new tensor on ``device()``).
+    A rank outside ``group`` gets its own ``tensor`` back, after the same checks as a
+    non-source member (None without ``safe_mode`` or a sparse tensor is an error there too).
 
     Note:
         Without a distributed context, returns ``tensor`` (``src`` must be 0).

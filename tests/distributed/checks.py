@@ -240,6 +240,12 @@ def check_groups(tmp: Path) -> None:
     assert idist.new_group(members) is idist.new_group(members)
     got = idist.broadcast(rank * 10, src=members[-1], group=members)
     assert got == (members[-1] * 10 if rank in members else rank * 10)
+    if rank not in members:  # bad input is an error outside the group as inside it
+        src = members[-1]
+        _raises(ValueError, "safe_mode=True", idist.broadcast, None, src=src, group=members)
+        sparse = torch.ones(2).to_sparse()
+        _raises(TypeError, "dense", idist.broadcast, sparse, src=src, group=members)
+        assert idist.broadcast(None, src=members[-1], group=members, safe_mode=True) is None
     idist.barrier(group=members)
     gathered = idist.all_gather(torch.tensor([rank]), group=members)
     if rank in members:

@@ -123,12 +123,11 @@ class ComputationModel(BackendPrimitives):
             self._check_collective("broadcast", group, x=x, src=src, safe_mode=safe_mode)
         resolved = self._groups.resolve(group)
         self._check_root("src", src, resolved)
-        if resolved is NOT_A_MEMBER:
-            return x
-        is_src = self.get_rank() == src
+        member = resolved is not NOT_A_MEMBER  # a rank outside the group checks as one in it
+        is_src = member and self.get_rank() == src
         if isinstance(x, torch.Tensor) and not safe_mode:
             check_dense(x, "broadcast")
-            return self._broadcast_tensor(x, src, resolved)
+            return self._broadcast_tensor(x, src, resolved) if member else x
         if x is None and (is_src or not safe_mode):
             where = "the source rank" if is_src else f"rank {self.get_rank()}"
             hint = "" if is_src else " Pass safe_mode=True to let non-source ranks pass None."
@@ -136,6 +135,8 @@ class ComputationModel(BackendPrimitives):
             if is_src and safe_mode:  # the others wait for a header: tell them, then raise
                 values.broadcast_failure(self, error, src, resolved)
             raise error
+        if not member:
+            return x
         return values.broadcast_value(self, x if is_src else None, src, resolved)
 
     def barrier(
