@@ -4,8 +4,9 @@ Two Horovod processes, started with ``idist.spawn("horovod", ...)`` (``horovod.r
 controller), time each facade call against the raw ``horovod.torch`` call it replaces, in
 the same processes, in adjacent blocks of calls of each (see bench/README.md). The raw side
 uses the same form of call as the facade: in place for all_reduce and broadcast (the
-facade reduces and broadcasts in place), a new tensor for all_gather, and a fixed op name
-(as the facade names its operations), so both sides see Horovod's response cache alike.
+facade reduces and broadcasts in place), a new tensor for all_gather, one ``hvd.alltoall``
+with splits for gather and scatter (Horovod has neither), and a fixed op name (as the
+facade names its operations), so both sides see Horovod's response cache alike.
 
 Usage (from the repository root, with Horovod installed: ``nox -s horovod`` runs it)::
 
@@ -98,6 +99,32 @@ def worker(local_rank: int, plan: Plan) -> list[dict[str, Any]] | None:
             "broadcast",
             lambda: idist.broadcast(x, src=0),
             lambda: hvd.broadcast_(x, root_rank=0, name="raw.broadcast"),
+        ),
+    ]
+    # Horovod has no gather or scatter: distbridge sends them as one hvd.alltoall with
+    # splits (to dst alone, from src alone), the fastest way to write them by hand too.
+    me = idist.get_rank()
+    chunks = [torch.zeros_like(x) for _ in range(NPROC)]
+    out = torch.empty_like(x)
+    to_root = torch.tensor([1] + [0] * (NPROC - 1), dtype=torch.int32)
+    nothing, ones = torch.zeros(NPROC, dtype=torch.int32), torch.ones(NPROC, dtype=torch.int32)
+    no_rows = x.new_empty((0, x.numel()))
+
+    def raw_gather() -> list[torch.Tensor]:
+        rows, _ = hvd.alltoall(x.unsqueeze(0), splits=to_root, name="raw.gather_to_root")
+        return list(rows.unbind(0)) if me == 0 else []
+
+    def raw_scatter() -> torch.Tensor:
+        sent, splits = (torch.stack(chunks), ones) if me == 0 else (no_rows, nothing)
+        rows, _ = hvd.alltoall(sent, splits=splits, name="raw.scatter")
+        return out.copy_(rows[0])
+
+    cases += [
+        ("gather same_shape", lambda: idist.gather(x, dst=0, same_shape=True), raw_gather),
+        (
+            "scatter out=",
+            lambda: idist.scatter(chunks if me == 0 else None, src=0, out=out),
+            raw_scatter,
         ),
     ]
     rows = []

@@ -199,6 +199,30 @@ def hvd_check_native_alltoall_and_reducescatter(tmp: Path) -> None:
         assert smallest.tolist() == [0] and calls["reducescatter"] == 2, calls  # emulated
 
 
+def hvd_check_gather_and_scatter_by_alltoall(tmp: Path) -> None:
+    """gather and scatter, which Horovod lacks, go as one hvd.alltoall each (to dst alone,
+    from src alone), for the dtypes Horovod moves and for those it carries as bytes."""
+    hvd, rank, world = _hvd(), idist.get_rank(), idist.get_world_size()
+    dst = src = world - 1
+    with counting(hvd, "alltoall") as calls:
+        got = idist.gather(torch.full((2, 3), float(rank)), dst=dst, same_shape=True)
+        want = [[[float(r)] * 3] * 2 for r in range(world)]
+        assert [g.tolist() for g in got] == (want if rank == dst else []), got
+        assert calls["alltoall"] == 1, calls
+        small = torch.arange(rank + 1).to(torch.uint16)  # uneven, carried as bytes
+        got = idist.gather(small, dst=dst)
+        want_small = [list(range(r + 1)) for r in range(world)]
+        assert [g.tolist() for g in got] == (want_small if rank == dst else []), got
+        assert calls["alltoall"] == 2, calls  # the shape rows travel by all-gather
+        chunks = [torch.full((4,), float(j)) for j in range(world)] if rank == src else None
+        out = idist.scatter(chunks, src=src, out=torch.empty(4))
+        assert out.tolist() == [float(rank)] * 4 and calls["alltoall"] == 3, calls
+        flags = [torch.tensor([j % 2 == 1] * (j + 1)) for j in range(world)]
+        got_flags = idist.scatter(flags if rank == src else None, src=src)
+        assert got_flags.tolist() == [rank % 2 == 1] * (rank + 1), got_flags
+        assert calls["alltoall"] == 4, calls
+
+
 def hvd_check_timed_barrier(tmp: Path) -> None:
     barrier_checks.check_timed_barrier(tmp)  # through the TCPStore rank 0 hosts
 

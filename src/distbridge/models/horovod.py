@@ -25,6 +25,7 @@ from distbridge.models import _coordination as coordination
 from distbridge.models import _horovod_dtypes as hvd_dtypes
 from distbridge.models._debug import debug_flag
 from distbridge.models._groups import not_a_group
+from distbridge.models._horovod_alltoall import HorovodAllToAll
 from distbridge.models._horovod_env import environ, hvd_module, mpi_outlives_shutdown, unavailable
 from distbridge.models._layout import Layout, LayoutQueries
 from distbridge.models.base import ComputationModel
@@ -37,7 +38,7 @@ _INIT_KWARGS = ("comm", "process_sets", "debug")
 SPAWN_OPTIONS = ("hosts", "nnodes", "node_rank", "job_timeout", "start_timeout", "verbose")
 
 
-class HorovodModel(LayoutQueries, ComputationModel):
+class HorovodModel(LayoutQueries, HorovodAllToAll, ComputationModel):
     """Horovod: backend ``"horovod"``, model name ``"horovod-dist"``."""
 
     name: ClassVar[str] = "horovod-dist"
@@ -299,26 +300,6 @@ class HorovodModel(LayoutQueries, ComputationModel):
             tensor, name=name, op=self._ops[op], process_set=ps
         )
         return out
-
-    @override
-    def _do_all_to_all(
-        self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
-    ) -> torch.Tensor:
-        return self._alltoall(data.reshape(-1, 1), in_splits, group).reshape(-1)
-
-    @override
-    def _do_all_to_all_even(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
-        size = self._group_size(group)
-        return self._alltoall(tensor, [tensor.shape[0] // size] * size, group)
-
-    def _alltoall(self, tensor: torch.Tensor, splits: list[int], group: Any) -> torch.Tensor:
-        """hvd.alltoall along dim 0: ``splits[j]`` rows to member j."""
-        ps = self._set(group)
-        name = f"distbridge.alltoall.{ps.process_set_id}"
-        counts = torch.tensor(splits, dtype=torch.int32)
-        sent = hvd_dtypes.as_sent(tensor)
-        out, _ = self._hvd.alltoall(sent, splits=counts, name=name, process_set=ps)
-        return hvd_dtypes.as_received(out, tensor)
 
     @override
     def _do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor:
