@@ -40,7 +40,7 @@ class HorovodAllToAll(BackendPrimitives):
     def _do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:
         members = self._group_members(group)
         to_dst = [int(rank == dst) for rank in members]
-        rows = self._alltoall(tensor.unsqueeze(0), to_dst, group)
+        rows = self._alltoall(tensor.unsqueeze(0), to_dst, group, "gather")
         return list(rows.unbind(0)) if self.get_rank() == dst else None
 
     @override
@@ -49,15 +49,19 @@ class HorovodAllToAll(BackendPrimitives):
     ) -> torch.Tensor:
         size = self._group_size(group)
         if chunks is None:
-            rows = self._alltoall(out.new_empty((0, *out.shape)), [0] * size, group)
+            rows = self._alltoall(out.new_empty((0, *out.shape)), [0] * size, group, "scatter")
         else:
-            rows = self._alltoall(torch.stack(chunks), [1] * size, group)
+            rows = self._alltoall(torch.stack(chunks), [1] * size, group, "scatter")
         return rows[0]
 
-    def _alltoall(self, tensor: torch.Tensor, splits: list[int], group: Any) -> torch.Tensor:
-        """hvd.alltoall along dim 0: ``splits[j]`` rows to member j."""
+    def _alltoall(
+        self, tensor: torch.Tensor, splits: list[int], group: Any, kind: str = "alltoall"
+    ) -> torch.Tensor:
+        """hvd.alltoall along dim 0: ``splits[j]`` rows to member j. Named by ``kind`` too:
+        Horovod's response cache keeps one entry per name, so gathers, scatters and
+        all-to-alls of other shapes do not evict each other's."""
         ps = self._set(group)
-        name = f"distbridge.alltoall.{ps.process_set_id}"
+        name = f"distbridge.{kind}.{ps.process_set_id}"
         counts = torch.tensor(splits, dtype=torch.int32)
         sent = hvd_dtypes.as_sent(tensor)
         out, _ = self._hvd.alltoall(sent, splits=counts, name=name, process_set=ps)
