@@ -25,7 +25,8 @@ from distbridge.errors import DistributedError
 from distbridge.launch.pickling import check_picklable
 from distbridge.launch.supervisor import run_workers
 from distbridge.models._fail_together import record_failure
-from distbridge.models._native_init import nccl_gpu_problem, visible_gpus
+from distbridge.models._layout import visible_gpus
+from distbridge.models._native_init import nccl_gpu_problem
 
 __all__ = ["spawn_native"]
 

@@ -5,12 +5,16 @@ bitwise AND / OR). Works on any device torch computes on."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from distbridge.models import _carriers as carriers
 
-__all__ = ["fold"]
+if TYPE_CHECKING:
+    from distbridge.models._primitives import BackendPrimitives
+
+__all__ = ["all_reduce_by_fold", "fold"]
 
 _STEPS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "AVG": torch.add,
@@ -38,3 +42,13 @@ def fold(rows: torch.Tensor, op: str) -> torch.Tensor:
     if op == "AVG":
         out = out / len(rows)
     return out if back is None else back(out)
+
+
+def all_reduce_by_fold(
+    model: BackendPrimitives, tensor: torch.Tensor, op: str, group: Any
+) -> torch.Tensor:
+    """``tensor`` reduced with ``op`` over ``group`` where the backend's own all-reduce cannot
+    (or not exactly): every member's tensor all-gathered as one row and folded here in rank
+    order, so every member gets the same bits. A new tensor of ``tensor``'s shape."""
+    rows = model._do_all_gather(tensor.reshape(1, -1), group)
+    return fold(rows, op).view(tensor.shape)

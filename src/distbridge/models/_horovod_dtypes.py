@@ -8,11 +8,10 @@ and is viewed back in its own dtype on arrival.
 from __future__ import annotations
 
 import math
-import operator
 
 import torch
 
-__all__ = ["FOLD", "HVD_OPS", "MOVED", "REDUCED", "SIGNED", "WIDER", "as_received", "as_sent"]
+__all__ = ["HVD_OPS", "MOVED", "REDUCED", "WIDER", "as_received", "as_sent"]
 
 #: dtypes Horovod reduces itself (CPU and CUDA).
 REDUCED = frozenset((torch.int32, torch.int64, torch.float16, torch.float32, torch.float64))
@@ -21,9 +20,6 @@ MOVED = REDUCED | {torch.uint8, torch.int8, torch.int16}
 #: reduced in a wider dtype, then cast back (exact: sums wrap as in the narrow type).
 WIDER = {torch.bool: torch.int32, torch.uint8: torch.int32, torch.int8: torch.int32,
          torch.bfloat16: torch.float32}  # fmt: skip
-#: signed views for the bitwise fold (two's complement: the same bits).
-SIGNED = {getattr(torch, f"uint{n}"): getattr(torch, f"int{n}") for n in (16, 32, 64)}
-FOLD = {"AND": operator.and_, "OR": operator.or_, "PRODUCT": operator.mul}
 #: distbridge's op names -> the names of Horovod's op constants.
 HVD_OPS = {"SUM": "Sum", "AVG": "Average", "ADASUM": "Adasum", "MIN": "Min", "MAX": "Max",
            "PRODUCT": "Product"}  # fmt: skip

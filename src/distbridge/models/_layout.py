@@ -20,6 +20,7 @@ __all__ = [
     "layout_from_env",
     "layout_from_store",
     "node_name",
+    "visible_gpus",
 ]
 
 
@@ -48,6 +49,11 @@ class Layout:
         if gpus > 0 and (gpu_required or self.nproc_per_node <= gpus):
             return torch.device("cuda", self.local_rank)
         return _CPU
+
+
+def visible_gpus() -> int:
+    """The number of CUDA GPUs this process can use (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 class LayoutQueries:

@@ -15,7 +15,13 @@ from torch.distributed import distributed_c10d as _c10d
 from distbridge import environments
 from distbridge.environments import LaunchEnvironment
 from distbridge.errors import DistributedError
-from distbridge.models._layout import Layout, layout_from_env, layout_from_store, node_name
+from distbridge.models._layout import (
+    Layout,
+    layout_from_env,
+    layout_from_store,
+    node_name,
+    visible_gpus,
+)
 
 __all__ = [
     "as_timeout",
@@ -24,7 +30,6 @@ __all__ = [
     "join_job",
     "nccl_gpu_problem",
     "rendezvous_address",
-    "visible_gpus",
 ]
 
 _AGENT_STORE_VAR = "TORCHELASTIC_USE_AGENT_STORE"
@@ -222,11 +227,6 @@ def nccl_gpu_problem(
             f"compute on cuda:{local_rank}, and this machine has {seen}; {fix}"
         )
     return None
-
-
-def visible_gpus() -> int:
-    """The number of CUDA GPUs this process can use (0 without CUDA)."""
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def check_nccl_gpus(processes_on_node: int | None, local_rank: int | None) -> None:

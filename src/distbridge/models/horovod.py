@@ -24,10 +24,11 @@ from distbridge.models import _carriers as carriers
 from distbridge.models import _coordination as coordination
 from distbridge.models import _horovod_dtypes as hvd_dtypes
 from distbridge.models._debug import debug_flag
+from distbridge.models._fold import all_reduce_by_fold
 from distbridge.models._groups import not_a_group
 from distbridge.models._horovod_alltoall import HorovodAllToAll
 from distbridge.models._horovod_env import environ, hvd_module, mpi_outlives_shutdown, unavailable
-from distbridge.models._layout import Layout, LayoutQueries
+from distbridge.models._layout import Layout, LayoutQueries, visible_gpus
 from distbridge.models.base import ComputationModel
 
 __all__ = ["HorovodModel"]
@@ -65,8 +66,7 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, ComputationModel):
         self._token = self._mpi_ops._handle_map  # a new dict on every hvd.init()
         self._layout = layout
         self._store: Any = None  # the coordination store, made on first use
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        self._device = layout.device(gpus)
+        self._device = layout.device(visible_gpus())
 
     # ---- class level -----------------------------------------------------------------------
 
@@ -220,12 +220,12 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, ComputationModel):
             if dtype is torch.bool:
                 wide = self._reduce(tensor.to(torch.int32), "MIN" if op == "AND" else "MAX", group)
                 return wide.to(torch.bool)
-            return self._fold(tensor, op, group)
+            return all_reduce_by_fold(self, tensor, op, group)
         if dtype in hvd_dtypes.REDUCED:
             return self._reduce(tensor, op, group)
         if dtype.is_complex:
             if op == "PRODUCT":
-                return self._fold(tensor, op, group)
+                return all_reduce_by_fold(self, tensor, op, group)
             self._do_all_reduce(torch.view_as_real(tensor), op, group)  # in place
             return tensor
         if dtype in carriers.UNCARRIED_BY_C10D:
@@ -244,15 +244,6 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, ComputationModel):
         name = f"distbridge.allreduce.{ps.process_set_id}"
         self._hvd.allreduce_(tensor, name=name, op=self._ops[op], process_set=ps)
         return tensor
-
-    def _fold(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        """Reduce exactly by gathering every member's tensor and combining them here."""
-        work = tensor.view(hvd_dtypes.SIGNED.get(tensor.dtype, tensor.dtype))
-        rows = self._do_all_gather(work.reshape(1, -1), group)
-        out = rows[0]
-        for row in rows[1:]:
-            out = hvd_dtypes.FOLD[op](out, row)
-        return out.view(tensor.dtype).reshape(tensor.shape)
 
     def _check_adasum(self, dtype: torch.dtype, group: Any) -> None:
         if not (dtype.is_floating_point and dtype in hvd_dtypes.REDUCED | {torch.bfloat16}):

@@ -24,13 +24,14 @@ from distbridge.models import _coordination as coordination
 from distbridge.models import _fail_together as fail_together
 from distbridge.models._carriers import UNCARRIED_BY_C10D
 from distbridge.models._debug import debug_flag
-from distbridge.models._fold import fold
+from distbridge.models._fold import all_reduce_by_fold
 from distbridge.models._groups import not_a_group
 from distbridge.models._layout import (
     Layout,
     LayoutQueries,
     export_layout,
     layout_from_env,
+    visible_gpus,
 )
 from distbridge.models._native_checks import (
     backend_problem,
@@ -38,7 +39,7 @@ from distbridge.models._native_checks import (
     optional_argument,
 )
 from distbridge.models._native_context import default_pg as _default_pg
-from distbridge.models._native_init import as_timeout, join_job, visible_gpus
+from distbridge.models._native_init import as_timeout, join_job
 from distbridge.models.base import ComputationModel
 
 __all__ = ["NativeModel"]
@@ -104,6 +105,8 @@ class NativeModel(LayoutQueries, ComputationModel):
         self._emulated: set[str] = set()  # ops this backend refused; the base class emulates them
         self._store: Any = None  # the coordination store, made on first use
         self._device = layout.device(visible_gpus(), gpu_required=backend == "nccl")
+        # Reductions the backend lacks, folded from an all-gather: NCCL has no bitwise ones.
+        self._folded_ops = frozenset(("AND", "OR")) if backend == "nccl" else frozenset()
 
     # ---- class level -----------------------------------------------------------------------
 
@@ -228,9 +231,8 @@ class NativeModel(LayoutQueries, ComputationModel):
     @override
     @fail_together.translate_peer_failure
     def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        if op in ("AND", "OR") and self._backend == "nccl":  # NCCL has no bitwise reductions
-            rows = self._do_all_gather(tensor.reshape(1, -1), group)
-            return tensor.copy_(fold(rows, op).view(tensor.shape))
+        if op in self._folded_ops:
+            return tensor.copy_(all_reduce_by_fold(self, tensor, op, group))
         dist.all_reduce(tensor, op=_OPS[op], group=group)
         return tensor
 

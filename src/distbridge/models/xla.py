@@ -38,7 +38,7 @@ from distbridge.errors import BackendUnavailableError, DistributedError
 from distbridge.models import _carriers as carriers
 from distbridge.models import _coordination as coordination
 from distbridge.models._debug import debug_flag
-from distbridge.models._fold import fold
+from distbridge.models._fold import all_reduce_by_fold
 from distbridge.models._groups import not_a_group
 from distbridge.models._layout import Layout, LayoutQueries
 from distbridge.models._native_context import default_pg as _default_pg
@@ -279,8 +279,7 @@ class XlaModel(LayoutQueries, ComputationModel):
                 work.div_(self._group_size(group))
             return work if on_xla else self._cpu(work)
         # Gather and fold on the CPU, in rank order: exact, and the same bits on every rank.
-        rows = self._do_all_gather(self._cpu(tensor.unsqueeze(0)), group)
-        return fold(rows, op).to(tensor.device)
+        return all_reduce_by_fold(self, self._cpu(tensor), op, group).to(tensor.device)
 
     @override
     def _do_all_gather(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
