@@ -13,17 +13,8 @@ import torch
 
 from distbridge.models import _carriers as carriers
 from distbridge.models import _codec as codec
+from distbridge.models import _shape_rows as shape_rows
 from distbridge.models._groups import GroupCache
-from distbridge.models._shape_rows import (
-    BAD,
-    MAX_DIMS,
-    check_equal_chunks,
-    check_flag,
-    decode,
-    exchange,
-    row,
-    why_bad,
-)
 
 if TYPE_CHECKING:
     from distbridge.models.base import ComputationModel
@@ -40,7 +31,7 @@ def all_to_all(
     with ``same_shape``, every tensor on every rank has one shape and nothing is exchanged
     first. One tensor instead of a list: its dim 0 in group-size chunks, one tensor back."""
     resolved = model._groups.resolve(group)
-    check_flag("same_shape", same_shape)
+    shape_rows.check_flag("same_shape", same_shape)
     if isinstance(tensors, torch.Tensor):
         return tensors if resolved is _NOT_A_MEMBER else _all_to_all_one(model, tensors, resolved)
     if resolved is _NOT_A_MEMBER:
@@ -54,11 +45,11 @@ def all_to_all(
         views = _all_to_all_uniform(model, tensors, resolved, size)
         if views is not None:
             return views
-    rows = [row(t) for t in tensors]
-    mine_bad = [i for i, r in enumerate(rows) if r[0] == BAD]
+    rows = [shape_rows.row(t) for t in tensors]
+    mine_bad = [i for i, r in enumerate(rows) if r[0] == shape_rows.BAD]
     if same_shape:  # the caller vouches for the shapes: no exchange
         if mine_bad:
-            raise TypeError(why_bad(tensors[mine_bad[0]], f"tensors[{mine_bad[0]}]"))
+            raise TypeError(shape_rows.why_bad(tensors[mine_bad[0]], f"tensors[{mine_bad[0]}]"))
         if any(r != rows[0] for r in rows):
             found = sorted({(str(t.dtype), tuple(t.shape)) for t in tensors})
             raise ValueError(
@@ -68,10 +59,10 @@ def all_to_all(
         dtype = tensors[0].dtype
         sent = received = [tuple(tensors[0].shape)] * size
     else:
-        table = exchange(model, rows, resolved)  # [sender, receiver, row]
+        table = shape_rows.exchange(model, rows, resolved)  # [sender, receiver, row]
         if mine_bad:
-            raise TypeError(why_bad(tensors[mine_bad[0]], f"tensors[{mine_bad[0]}]"))
-        dtype, _ = decode(table)
+            raise TypeError(shape_rows.why_bad(tensors[mine_bad[0]], f"tensors[{mine_bad[0]}]"))
+        dtype, _ = shape_rows.decode(table)
         sent = [tuple(int(d) for d in table[me, j, 2 : 2 + table[me, j, 1]]) for j in range(size)]
         received = [
             tuple(int(d) for d in table[j, me, 2 : 2 + table[j, me, 1]]) for j in range(size)
@@ -100,11 +91,11 @@ def _all_to_all_one(model: ComputationModel, x: torch.Tensor, group: Any) -> tor
     0 goes to group rank j; returns a new tensor of ``x``'s shape whose chunk j came from rank
     j. Every rank passes the same shape (nothing is exchanged first)."""
     size = model._group_size(group)
-    check_equal_chunks(
+    shape_rows.check_equal_chunks(
         "all_to_all of one tensor", x, size, f", or pass a list of {size} tensors (any sizes)"
     )
-    if row(x)[0] == BAD:
-        raise TypeError(why_bad(x, "all_to_all's tensor"))
+    if shape_rows.row(x)[0] == shape_rows.BAD:
+        raise TypeError(shape_rows.why_bad(x, "all_to_all's tensor"))
     work = model._to_placement(x)
     if x.dtype in model.uncarried_dtypes:  # as bytes: row j holds chunk j's bytes
         data = carriers.as_bytes(work)
@@ -153,7 +144,9 @@ def _all_to_all_uniform(
     if not isinstance(first, torch.Tensor):
         return None
     dtype, shape, device = first.dtype, first.shape, first.device
-    if dtype in model.uncarried_dtypes or not codec.can_send(dtype) or len(shape) > MAX_DIMS:
+    if dtype in model.uncarried_dtypes or not codec.can_send(dtype):
+        return None
+    if len(shape) > shape_rows.MAX_DIMS:
         return None
     numel = first.numel()
     step = numel * first.element_size()

@@ -17,19 +17,9 @@ import torch
 
 from distbridge.models import _carriers as carriers
 from distbridge.models import _codec as codec
+from distbridge.models import _shape_rows as shape_rows
 from distbridge.models._checks import check_reducible, region, write_back
 from distbridge.models._groups import GroupCache
-from distbridge.models._shape_rows import (
-    BAD,
-    WIDTH,
-    WRONG,
-    check_equal_chunks,
-    check_flag,
-    decode,
-    exchange,
-    row,
-    why_bad,
-)
 
 if TYPE_CHECKING:
     from distbridge.models.base import ComputationModel
@@ -101,7 +91,7 @@ def gather(
     other ranks."""
     resolved = model._groups.resolve(group)
     model._check_root("dst", dst, resolved)
-    check_flag("same_shape", same_shape)
+    shape_rows.check_flag("same_shape", same_shape)
     if same_shape and not isinstance(x, torch.Tensor):
         raise TypeError(f"gather(same_shape=True) takes a tensor, got {type(x).__name__}.")
     if resolved is _NOT_A_MEMBER:
@@ -113,8 +103,8 @@ def gather(
         everything = gather_values(model, x, resolved)
         return everything if is_dst else []
     if same_shape:  # the caller vouches for the shapes: no exchange, nothing to trim
-        if row(x)[0] == BAD:
-            raise TypeError(why_bad(x, "gather's tensor"))
+        if shape_rows.row(x)[0] == shape_rows.BAD:
+            raise TypeError(shape_rows.why_bad(x, "gather's tensor"))
         if x.dtype not in model.uncarried_dtypes:
             work = model._to_placement(x)
             parts = model._do_gather(work, dst, resolved)
@@ -125,10 +115,10 @@ def gather(
             return parts if parts[0].device == x.device else [p.to(x.device) for p in parts]
         dtype, shapes = x.dtype, [tuple(x.shape)] * model._group_size(resolved)
     else:
-        table = exchange(model, [row(x)], resolved)
-        if (table[:, 0, 0] == BAD).any() and row(x)[0] == BAD:
-            raise TypeError(why_bad(x, "gather's tensor"))
-        dtype, shapes = decode(table)
+        table = shape_rows.exchange(model, [shape_rows.row(x)], resolved)
+        if (table[:, 0, 0] == shape_rows.BAD).any() and shape_rows.row(x)[0] == shape_rows.BAD:
+            raise TypeError(shape_rows.why_bad(x, "gather's tensor"))
+        dtype, shapes = shape_rows.decode(table)
     common = _largest(shapes)
     work = model._to_placement(_padded(x, common))
     if dtype in model.uncarried_dtypes:
@@ -155,8 +145,8 @@ def scatter(model: ComputationModel, tensors: Any, src: int, group: Any, out: An
     With ``out``, every rank receives into it and no shapes are exchanged first."""
     resolved = model._groups.resolve(group)
     model._check_root("src", src, resolved)
-    if out is not None and row(out)[0] == BAD:
-        raise TypeError(why_bad(out, "scatter's out"))
+    if out is not None and shape_rows.row(out)[0] == shape_rows.BAD:
+        raise TypeError(shape_rows.why_bad(out, "scatter's out"))
     if resolved is _NOT_A_MEMBER:
         return None
     size, me = model._group_size(resolved), model._group_rank(resolved)
@@ -164,23 +154,23 @@ def scatter(model: ComputationModel, tensors: Any, src: int, group: Any, out: An
     if out is not None:
         return _scatter_into(model, tensors if is_src else None, out, src, resolved, size)
     problem: Exception | None = None
-    rows = [[BAD] * WIDTH for _ in range(size)]
+    rows = [[shape_rows.BAD] * shape_rows.WIDTH for _ in range(size)]
     if is_src:
         if not isinstance(tensors, (list, tuple)) or len(tensors) != size:
             problem = ValueError(
                 f"scatter needs a list of {size} tensors on the source rank, got {tensors!r}."
             )
-            rows = [[WRONG] * WIDTH for _ in range(size)]
+            rows = [[shape_rows.WRONG] * shape_rows.WIDTH for _ in range(size)]
         else:
-            rows = [row(t) for t in tensors]
-            bad = [i for i, r in enumerate(rows) if r[0] == BAD]
+            rows = [shape_rows.row(t) for t in tensors]
+            bad = [i for i, r in enumerate(rows) if r[0] == shape_rows.BAD]
             if bad:
-                problem = TypeError(why_bad(tensors[bad[0]], f"tensors[{bad[0]}]"))
+                problem = TypeError(shape_rows.why_bad(tensors[bad[0]], f"tensors[{bad[0]}]"))
     table_t = torch.tensor(rows, dtype=torch.int64, device=model._collective_device())
     table = model._do_broadcast(table_t, src, resolved).cpu().numpy()
     if problem is not None:
         raise problem
-    dtype, shapes = decode(table)
+    dtype, shapes = shape_rows.decode(table)
     common = _largest(shapes)
     device = tensors[me].device if is_src else model.device()
     out = torch.empty(common, dtype=dtype, device=model._collective_device())
@@ -252,7 +242,7 @@ def _check_scatter_into(tensors: Any, out: torch.Tensor, size: int) -> ValueErro
         return ValueError(
             f"scatter needs a list of {size} tensors on the source rank, got {tensors!r}."
         )
-    wrong = [i for i, t in enumerate(tensors) if row(t) != row(out)]
+    wrong = [i for i, t in enumerate(tensors) if shape_rows.row(t) != shape_rows.row(out)]
     if not wrong:
         return None
     t = tensors[wrong[0]]
@@ -273,7 +263,7 @@ def reduce_scatter(model: ComputationModel, tensor: Any, op: str, group: Any) ->
     if resolved is _NOT_A_MEMBER:
         return tensor
     size = model._group_size(resolved)
-    check_equal_chunks("reduce_scatter", tensor, size, "")
+    shape_rows.check_equal_chunks("reduce_scatter", tensor, size, "")
     work = model._to_placement(tensor)
     back = None
     if work.dtype in model.uncarried_dtypes:
