@@ -22,7 +22,6 @@ import faulthandler
 import multiprocessing
 import os
 import pickle
-import reprlib
 import signal
 import sys
 import time
@@ -31,16 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
-from multiprocessing.process import BaseProcess
 from typing import Any, cast
 
-from distbridge.errors import SpawnTimeoutError, WorkerFailedError, suggest
+from distbridge.errors import SpawnTimeoutError, suggest
 from distbridge.launch._signals import SignalWatch
+from distbridge.launch._worker_reports import SHORT_REPR, Report, Worker, death, failure
 
 __all__ = ["START_METHODS", "run_workers"]
-
-_REPR = reprlib.Repr()  # repr() shortened for messages
-_REPR.maxother = _REPR.maxstring = 160
 
 #: The multiprocessing start methods ``run_workers`` accepts.
 START_METHODS = ("spawn", "fork", "forkserver")
@@ -49,8 +45,6 @@ _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _TICK_SECONDS = 1.0  # longest wait between checks, so a missed wake-up costs at most this
 _STACK_DUMP_SECONDS = 1.0  # time given to workers to print their stacks on a timeout
 _EXIT_SLACK_SECONDS = 1.0  # how much longer the parent waits than a worker's own exit watchdog
-
-Report = tuple[Any, ...]
 
 
 def run_workers(
@@ -106,7 +100,7 @@ def run_workers(
         "SpawnContext | ForkContext | ForkServerContext", multiprocessing.get_context(start_method)
     )
     deadline = None if job_timeout is None else time.monotonic() + job_timeout
-    workers: list[_Worker] = []
+    workers: list[Worker] = []
     results: list[Any] | None = None
     with SignalWatch() as signals:
         try:
@@ -117,7 +111,7 @@ def run_workers(
                     args=(target, index, sender, exit_seconds),
                     name=f"distbridge-worker-{rank_offset + index}",
                 )
-                workers.append(_Worker(index, rank_offset + index, process, receiver))
+                workers.append(Worker(index, rank_offset + index, process, receiver))
                 try:
                     process.start()
                 finally:
@@ -128,19 +122,6 @@ def run_workers(
             _shutdown(workers, grace_seconds, exit_seconds, let_finish=results is not None)
         signals.raise_if_received()  # a signal that came while the workers were exiting
     return results
-
-
-@dataclass
-class _Worker:
-    index: int
-    rank: int
-    process: BaseProcess
-    conn: Connection
-    report: Report | None = None
-    conn_closed: bool = False  # the pipe hit EOF without a report
-
-    def describe(self) -> str:
-        return f"Worker rank {self.rank} (local rank {self.index}, pid {self.process.pid})"
 
 
 def _validate(
@@ -185,7 +166,7 @@ def _worker_main(
         payload = pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
         message = (
-            f"its return value {_REPR.repr(report[1])} cannot be pickled to send it to the "
+            f"its return value {SHORT_REPR.repr(report[1])} cannot be pickled to send it to the "
             f"parent ({type(exc).__name__}: {exc}). Return picklable values such as numbers, "
             "strings, tensors and containers of these"
         )
@@ -225,12 +206,12 @@ class _Watch:
     on_death: Callable[[int, str], None] | None
 
 
-def _supervise(workers: list[_Worker], watch: _Watch) -> list[Any]:
+def _supervise(workers: list[Worker], watch: _Watch) -> list[Any]:
     """Wait until every worker reported ok. After the first failure, wait up to
     ``peer_window`` seconds more for the others' reports, then raise; raise at once on the
     job timeout or a signal."""
     running = list(workers)
-    failed: list[_Worker] = []
+    failed: list[Worker] = []
     window_end: float | None = None
     while running:
         watch.signals.raise_if_received()
@@ -257,17 +238,17 @@ def _supervise(workers: list[_Worker], watch: _Watch) -> list[Any]:
             if worker.report is None:
                 failed.append(worker)
                 if watch.on_death is not None:
-                    watch.on_death(worker.rank, _death(worker))
+                    watch.on_death(worker.rank, death(worker))
             elif worker.report[0] != "ok":
                 failed.append(worker)
         if failed and window_end is None:
             window_end = time.monotonic() + watch.peer_window
     if failed:
-        raise _failure(failed, workers)
+        raise failure(failed, workers)
     return [worker.report[1] for worker in workers if worker.report is not None]
 
 
-def _wait(running: list[_Worker], signals: SignalWatch, timeout: float) -> set[Any]:
+def _wait(running: list[Worker], signals: SignalWatch, timeout: float) -> set[Any]:
     """Block until a report, an exit or a signal arrives, or ``timeout`` passes."""
     watched: list[Any] = [signals.fd]
     for worker in running:
@@ -280,7 +261,7 @@ def _wait(running: list[_Worker], signals: SignalWatch, timeout: float) -> set[A
     return ready
 
 
-def _receive(worker: _Worker) -> None:
+def _receive(worker: Worker) -> None:
     if worker.report is not None or worker.conn_closed or not worker.conn.poll(0):
         return
     try:
@@ -291,68 +272,7 @@ def _receive(worker: _Worker) -> None:
         worker.report = ("error", "", "PicklingError", f"its result could not be unpickled: {exc}")
 
 
-def _failure(failed: list[_Worker], workers: list[_Worker]) -> WorkerFailedError:
-    """The error naming the first worker that failed by itself (not by `PeerFailed`)."""
-    first = next((w for w in failed if not _is_peer_failed(w)), failed[0])
-    reports = {w.rank: _outcome(w) for w in workers if w is not first and _has_ended(w)}
-    others = "".join(f"\n  rank {rank}: {line}" for rank, line in reports.items())
-    others = f"\n\nWhat the other workers reported:{others}" if others else ""
-    stopped = "The other workers were stopped."
-    if first.report is not None:
-        _, worker_traceback, type_name, message = first.report
-        raised = f"{type_name}: {message}" if message else type_name
-        return WorkerFailedError(
-            f"{first.describe()} raised {raised}. {stopped}{others}\n\n"
-            f"Traceback of rank {first.rank}:\n{worker_traceback}",
-            rank=first.rank,
-            local_rank=first.index,
-            exitcode=None,
-            worker_traceback=worker_traceback,
-            peer_reports=reports,
-        )
-    return WorkerFailedError(
-        f"{first.describe()} {_death(first)}. {stopped}{others}",
-        rank=first.rank,
-        local_rank=first.index,
-        exitcode=first.process.exitcode or 0,
-        peer_reports=reports,
-    )
-
-
-def _is_peer_failed(worker: _Worker) -> bool:
-    report = worker.report
-    return report is not None and report[0] == "error" and report[2] == "PeerFailed"
-
-
-def _has_ended(worker: _Worker) -> bool:
-    return worker.report is not None or worker.process.exitcode is not None
-
-
-def _outcome(worker: _Worker) -> str:
-    """One line saying how a worker that ended ended."""
-    if worker.report is None:
-        return _death(worker)
-    if worker.report[0] == "ok":
-        return "finished and returned its result"
-    _, _, type_name, message = worker.report
-    first_line = message.strip().splitlines()[0] if message.strip() else ""
-    return _REPR.repr(f"{type_name}: {first_line}" if first_line else type_name).strip("'\"")
-
-
-def _death(worker: _Worker) -> str:
-    """How a worker that sent no report ended, e.g. "was killed by signal SIGKILL"."""
-    exitcode = worker.process.exitcode or 0
-    if exitcode < 0:
-        try:
-            return f"was killed by signal {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"was killed by signal number {-exitcode}"
-    if exitcode > 0:
-        return f"exited with code {exitcode}"
-    return "exited without reporting a result (exit code 0, e.g. after os._exit(0))"
-
-
-def _raise_timeout(running: list[_Worker], job_timeout: float | None) -> None:
+def _raise_timeout(running: list[Worker], job_timeout: float | None) -> None:
     # One worker at a time, so that the stacks faulthandler writes do not interleave.
     for worker in running:
         print(f"distbridge: Python stacks of {worker.describe()}:", file=sys.stderr, flush=True)
@@ -370,7 +290,7 @@ def _raise_timeout(running: list[_Worker], job_timeout: float | None) -> None:
 
 
 def _shutdown(
-    workers: list[_Worker], grace_seconds: float, exit_seconds: float, *, let_finish: bool
+    workers: list[Worker], grace_seconds: float, exit_seconds: float, *, let_finish: bool
 ) -> None:
     """Stop and reap every worker and its process group; never raises for dead processes."""
     if let_finish:  # every worker reported ok: let them exit on their own (or by watchdog)
@@ -384,14 +304,14 @@ def _shutdown(
         worker.conn.close()
 
 
-def _join_all(workers: list[_Worker], timeout: float) -> None:
+def _join_all(workers: list[Worker], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     for worker in workers:
         if worker.process.pid is not None:
             worker.process.join(max(0.0, deadline - time.monotonic()))
 
 
-def _signal_groups(workers: list[_Worker], signum: signal.Signals) -> None:
+def _signal_groups(workers: list[Worker], signum: signal.Signals) -> None:
     for worker in workers:
         pid = worker.process.pid
         if pid is None:

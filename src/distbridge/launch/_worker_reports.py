@@ -1,0 +1,98 @@
+"""The parent's view of a started worker, and what it says when workers fail: the error
+that names the first worker that failed by itself, with one line from each of the others."""
+
+from __future__ import annotations
+
+import reprlib
+import signal
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from distbridge.errors import WorkerFailedError
+
+__all__ = ["SHORT_REPR", "Report", "Worker", "death", "failure"]
+
+SHORT_REPR = reprlib.Repr()  # repr() shortened for messages
+SHORT_REPR.maxother = SHORT_REPR.maxstring = 160
+
+#: What a worker sends over its pipe: ``("ok", value)`` or
+#: ``("error", traceback, exception_type_name, message)``.
+Report = tuple[Any, ...]
+
+
+@dataclass
+class Worker:
+    """A started worker: its index on this node, global rank, process, pipe and report."""
+
+    index: int
+    rank: int
+    process: BaseProcess
+    conn: Connection
+    report: Report | None = None
+    conn_closed: bool = False  # the pipe hit EOF without a report
+
+    def describe(self) -> str:
+        return f"Worker rank {self.rank} (local rank {self.index}, pid {self.process.pid})"
+
+
+def failure(failed: list[Worker], workers: list[Worker]) -> WorkerFailedError:
+    """The error naming the first worker that failed by itself (not by `PeerFailed`)."""
+    first = next((w for w in failed if not _is_peer_failed(w)), failed[0])
+    reports = {w.rank: _outcome(w) for w in workers if w is not first and _has_ended(w)}
+    others = "".join(f"\n  rank {rank}: {line}" for rank, line in reports.items())
+    others = f"\n\nWhat the other workers reported:{others}" if others else ""
+    stopped = "The other workers were stopped."
+    if first.report is not None:
+        _, worker_traceback, type_name, message = first.report
+        raised = f"{type_name}: {message}" if message else type_name
+        return WorkerFailedError(
+            f"{first.describe()} raised {raised}. {stopped}{others}\n\n"
+            f"Traceback of rank {first.rank}:\n{worker_traceback}",
+            rank=first.rank,
+            local_rank=first.index,
+            exitcode=None,
+            worker_traceback=worker_traceback,
+            peer_reports=reports,
+        )
+    return WorkerFailedError(
+        f"{first.describe()} {death(first)}. {stopped}{others}",
+        rank=first.rank,
+        local_rank=first.index,
+        exitcode=first.process.exitcode or 0,
+        peer_reports=reports,
+    )
+
+
+def _is_peer_failed(worker: Worker) -> bool:
+    report = worker.report
+    return report is not None and report[0] == "error" and report[2] == "PeerFailed"
+
+
+def _has_ended(worker: Worker) -> bool:
+    return worker.report is not None or worker.process.exitcode is not None
+
+
+def _outcome(worker: Worker) -> str:
+    """One line saying how a worker that ended ended."""
+    if worker.report is None:
+        return death(worker)
+    if worker.report[0] == "ok":
+        return "finished and returned its result"
+    _, _, type_name, message = worker.report
+    first_line = message.strip().splitlines()[0] if message.strip() else ""
+    return SHORT_REPR.repr(f"{type_name}: {first_line}" if first_line else type_name).strip("'\"")
+
+
+def death(worker: Worker) -> str:
+    """How a worker that sent no report ended, e.g. "was killed by signal SIGKILL"."""
+    exitcode = worker.process.exitcode or 0
+    if exitcode < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"was killed by signal number {-exitcode}"
+    if exitcode > 0:
+        return f"exited with code {exitcode}"
+    return "exited without reporting a result (exit code 0, e.g. after os._exit(0))"
