@@ -25,10 +25,11 @@ def _round_trip(obj: Any) -> Any:
 def test_large_arrays_and_tensors_travel_out_of_band() -> None:
     array = np.arange(1 << 16, dtype=np.float64)
     tensor = torch.arange(1 << 16, dtype=torch.int32).reshape(256, 256)
-    parts = encode_frame({"a": array, "t": tensor}, None)
-    stream = parts[0]
+    frame = encode_frame({"a": array, "t": tensor}, None)
+    stream, buffer, tensor_bytes = frame.parts
     assert stream.nbytes < 1024, "the arrays' bytes must not be inside the pickle stream"
-    assert sorted(p.nbytes for p in parts[1:]) == sorted([array.nbytes, tensor.numel() * 4])
+    assert frame.tensor_parts == 1
+    assert (buffer.nbytes, tensor_bytes.nbytes) == (array.nbytes, tensor.numel() * 4)
     back = _round_trip({"a": array, "t": tensor})
     assert np.array_equal(back["a"], array)
     assert torch.equal(back["t"], tensor)
@@ -141,3 +142,41 @@ def test_process_helpers_in_a_world_of_one() -> None:
     assert idist.launch(lambda a, b: a + b, 1, args=(2, 3)) == [5]
     with pytest.raises(ValueError, match="'auto', 'tcp://host:port'"):
         idist.launch(print, 2, dist_url="http://x")
+
+
+# ---- regressions: a tensor before an array took the array's buffer (issue 16) ---------------
+
+
+def test_a_tensor_before_an_array_keeps_both_apart() -> None:
+    (got,) = idist.all_gather_object({"t": torch.arange(4), "a": np.arange(4) * 100})
+    assert torch.equal(got["t"], torch.arange(4))
+    assert np.array_equal(got["a"], np.arange(4) * 100)
+
+
+def test_an_array_the_size_of_a_tensor_is_not_read_from_its_bytes() -> None:
+    (got,) = idist.all_gather_object([torch.tensor([0.5]), np.array([7], dtype=np.int32)])
+    assert torch.equal(got[0], torch.tensor([0.5]))
+    assert got[1].dtype == np.int32 and got[1].tolist() == [7]
+
+
+def test_evaluation_records_of_arrays_and_tensors_are_gathered() -> None:
+    records = [
+        {"idx": i, "pred": np.arange(i + 1, dtype=np.float32), "score": torch.tensor(i / 3)}
+        for i in range(5)
+    ]
+    got = idist.gather_results(records)
+    assert [r["idx"] for r in got] == list(range(5))
+    for sent, back in zip(records, got, strict=True):
+        assert np.array_equal(sent["pred"], back["pred"])
+        assert torch.equal(sent["score"], back["score"])
+
+
+def test_received_arrays_and_tensors_are_writable_and_separate() -> None:
+    t = torch.arange(3)
+    (got,) = idist.all_gather_object([t, t, np.ones((2, 3), order="F"), torch.ones(2).conj()])
+    assert got[0] is got[1], "one tensor sent twice comes back as one object, as pickle's memo"
+    assert got[2].flags.writeable and got[2].flags.f_contiguous
+    got[0].add_(1)
+    got[2][0, 0] = 5.0
+    assert got[0].tolist() == [1, 2, 3] and got[2].sum() == 10.0
+    assert t.tolist() == [0, 1, 2], "the sender's tensor is untouched"

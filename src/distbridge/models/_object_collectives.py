@@ -17,6 +17,7 @@ import torch
 
 from distbridge.models._groups import GroupCache
 from distbridge.models._objects import (
+    Frame,
     Serializer,
     decode_frame,
     encode_frame,
@@ -34,15 +35,13 @@ _FAILED = -1  # a size: the sender could not serialize its object (TypeError eve
 _NOT_A_LIST = -2  # a size: scatter_object's source got no list of the right length (ValueError)
 
 
-def _try_encode(
-    obj: Any, serializer: Serializer | None
-) -> tuple[list[memoryview], Exception | None]:
+def _try_encode(obj: Any, serializer: Serializer | None) -> tuple[Frame, Exception | None]:
     try:
         return encode_frame(obj, serializer), None
     except RecursionError:  # its text depends on where the stack ran out: say it plainly
-        return [], RecursionError("it is nested too deeply (Python's recursion limit)")
+        return Frame(), RecursionError("it is nested too deeply (Python's recursion limit)")
     except Exception as err:  # anything pickle or a serializer raises
-        return [], err
+        return Frame(), err
 
 
 def _check_sizes(sizes: list[int], failure: Exception | None, what: str) -> None:
@@ -113,7 +112,7 @@ def broadcast_object(
         return obj
     channel, device = model._object_transport(resolved)
     is_src = model.get_rank() == src
-    parts, failure = _try_encode(obj, serializer) if is_src else ([], None)
+    parts, failure = _try_encode(obj, serializer) if is_src else (Frame(), None)
     size = (frame_size(parts) if failure is None else _FAILED) if is_src else 0
     header = model._do_broadcast(
         torch.tensor([size], dtype=torch.int64, device=device), src, channel
@@ -145,7 +144,7 @@ def scatter_object(
     size, me = model._group_size(resolved), model._group_rank(resolved)
     is_src = model.get_rank() == src
     problem: Exception | None = None
-    frames: list[list[memoryview]] = []
+    frames: list[Frame] = []
     if is_src and (not isinstance(objs, (list, tuple)) or len(objs) != size):
         problem = ValueError(
             f"scatter_object needs a list of {size} objects on the source rank, got {objs!r}."

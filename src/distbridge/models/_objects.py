@@ -1,10 +1,13 @@
 """Picklable objects through tensor collectives, without copying large arrays through pickle.
 
 A frame holds a pickle stream (protocol 5) and the out-of-band buffers it refers to:
-numpy arrays hand theirs over through ``buffer_callback``, and plain CPU tensors go out
-of band through ``persistent_id``. Frame layout: int64 part count, int64 part lengths,
-then each part at a 64-byte aligned offset. The receiver unpickles straight from the
-received bytes: arrays and tensors in the result are views of the receive buffer.
+numpy arrays hand theirs over through ``buffer_callback`` (pickle numbers those in the
+order it meets them), and plain CPU tensors go out of band through ``persistent_id``
+(numbered by the pickler itself). The two kinds are kept apart: pickle's own buffers
+first, then the tensors'. Frame layout: int64 part count, int64 tensor-part count, int64
+part lengths, then each part at a 64-byte aligned offset. The receiver unpickles straight
+from the received bytes: arrays and tensors in the result are writable views of the
+receive buffer (each its own bytes; the buffer lives as long as any of them does).
 
 Unpickling runs code chosen by the sender; object collectives unpickle only what the
 caller asked for (it called an ``*_object`` function), and a ``serializer`` (a
@@ -15,12 +18,13 @@ from __future__ import annotations
 
 import io
 import pickle
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-__all__ = ["Serializer", "decode_frame", "encode_frame", "frame_into"]
+__all__ = ["Frame", "Serializer", "decode_frame", "encode_frame", "frame_into", "frame_size"]
 
 _ALIGN = 64
 
@@ -37,84 +41,124 @@ def _aligned(n: int) -> int:
 
 
 class _Pickler(pickle.Pickler):
-    """Pickle protocol 5 that sends plain CPU tensors' bytes out of band."""
+    """Pickle protocol 5 that sends plain CPU tensors' bytes out of band.
 
-    def __init__(self, file: io.BytesIO, buffers: list[memoryview]) -> None:
+    ``buffers`` receives pickle's own out-of-band buffers (numpy arrays, ``PickleBuffer``),
+    ``tensors`` the tensors' bytes; a tensor met twice is sent once and comes back as one
+    object, as pickle's memo does for everything else.
+    """
+
+    def __init__(
+        self, file: io.BytesIO, buffers: list[memoryview], tensors: list[memoryview]
+    ) -> None:
         super().__init__(file, protocol=5, buffer_callback=self._keep)
         self._buffers = buffers
+        self._tensors = tensors
+        self._seen: dict[int, tuple[torch.Tensor, int]] = {}
 
     def _keep(self, buffer: pickle.PickleBuffer) -> None:
         self._buffers.append(buffer.raw())
 
     def persistent_id(self, obj: Any) -> Any:
-        if (
-            type(obj) is torch.Tensor
-            and obj.device.type == "cpu"
-            and obj.layout == torch.strided
-            and not obj.requires_grad
-            and obj.numel() > 0
-        ):
-            data = obj.detach().contiguous()
-            self._buffers.append(data.reshape(-1).view(torch.uint8).numpy().data)
-            return ("distbridge.tensor", len(self._buffers) - 1, data.dtype, tuple(data.shape))
-        return None
+        if type(obj) is not torch.Tensor or not _out_of_band(obj):
+            return None
+        seen = self._seen.get(id(obj))
+        if seen is None:
+            data = obj.detach().resolve_conj().resolve_neg().contiguous()
+            self._tensors.append(data.reshape(-1).view(torch.uint8).numpy().data)
+            seen = self._seen[id(obj)] = (obj, len(self._tensors) - 1)  # obj: keeps id() unique
+        return ("distbridge.tensor", seen[1], obj.dtype, tuple(obj.shape))
+
+
+def _out_of_band(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s bytes can travel as a raw buffer and come back as a plain tensor
+    (autograd or quantization metadata keeps it in band, where pickle keeps it)."""
+    return (
+        tensor.device.type == "cpu"
+        and tensor.layout == torch.strided
+        and not tensor.requires_grad
+        and not tensor.is_quantized
+        and tensor.numel() > 0
+    )
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, buffers: list[memoryview]) -> None:
+    def __init__(
+        self, file: io.BytesIO, buffers: list[memoryview], tensors: list[memoryview]
+    ) -> None:
         super().__init__(file, buffers=buffers)
-        self._raw = buffers
+        self._tensors = tensors
+        self._made: dict[int, torch.Tensor] = {}
 
     def persistent_load(self, pid: Any) -> Any:
         tag, index, dtype, shape = pid
         if tag != "distbridge.tensor" or not isinstance(dtype, torch.dtype):
             raise pickle.UnpicklingError(f"Unknown persistent id {pid!r}.")
-        flat = torch.frombuffer(self._raw[index], dtype=torch.uint8)
-        return flat.view(dtype).reshape(shape)
+        made = self._made.get(index)
+        if made is None:
+            flat = torch.frombuffer(self._tensors[index], dtype=torch.uint8)
+            made = self._made[index] = flat.view(dtype).reshape(shape)
+        return made
 
 
-def encode_frame(obj: Any, serializer: Serializer | None) -> list[memoryview]:
-    """The parts of ``obj``'s frame: the stream first, then its out-of-band buffers."""
+@dataclass(frozen=True)
+class Frame:
+    """The parts of one object's frame: the pickle stream (or a serializer's bytes), then
+    the last ``tensor_parts`` of ``parts`` are tensors' bytes, the others pickle's buffers."""
+
+    parts: tuple[memoryview, ...] = ()
+    tensor_parts: int = 0
+
+
+def encode_frame(obj: Any, serializer: Serializer | None) -> Frame:
+    """The frame of ``obj``: its stream, pickle's out-of-band buffers, the tensors' bytes."""
     if serializer is not None:
         data = serializer.dumps(obj)
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"serializer.dumps must return bytes, got {type(data).__name__}.")
-        return [memoryview(data).cast("B")]
+        return Frame((memoryview(data).cast("B"),))
     buffers: list[memoryview] = []
+    tensors: list[memoryview] = []
     stream = io.BytesIO()
-    _Pickler(stream, buffers).dump(obj)
-    return [stream.getbuffer(), *[b.cast("B") for b in buffers]]
+    _Pickler(stream, buffers, tensors).dump(obj)
+    parts = (stream.getbuffer(), *[b.cast("B") for b in buffers], *tensors)
+    return Frame(parts, len(tensors))
 
 
-def frame_size(parts: list[memoryview]) -> int:
-    """Bytes the frame of ``parts`` occupies."""
-    offset = _aligned(8 * (1 + len(parts)))
-    for part in parts:
+def frame_size(frame: Frame) -> int:
+    """Bytes ``frame`` occupies."""
+    offset = _aligned(8 * (2 + len(frame.parts)))
+    for part in frame.parts:
         offset = _aligned(offset + part.nbytes)
     return offset
 
 
-def frame_into(parts: list[memoryview], out: np.ndarray[Any, Any]) -> None:
-    """Write the frame of ``parts`` into the uint8 array ``out`` (at least frame_size long)."""
-    table = np.array([len(parts), *[p.nbytes for p in parts]], dtype="<i8")
+def frame_into(frame: Frame, out: np.ndarray[Any, Any]) -> None:
+    """Write ``frame`` into the uint8 array ``out`` (at least ``frame_size`` long)."""
+    lengths = [p.nbytes for p in frame.parts]
+    table = np.array([len(frame.parts), frame.tensor_parts, *lengths], dtype="<i8")
     out[: table.nbytes] = table.view(np.uint8)
     offset = _aligned(table.nbytes)
-    for part in parts:
+    for part in frame.parts:
         out[offset : offset + part.nbytes] = np.frombuffer(part, dtype=np.uint8)
         offset = _aligned(offset + part.nbytes)
 
 
 def decode_frame(data: np.ndarray[Any, Any], serializer: Serializer | None) -> Any:
     """Rebuild the object whose frame starts at ``data`` (a uint8 array; views are kept)."""
-    count = int(data[:8].view("<i8")[0])
-    if not 0 < count < 1 << 20:
-        raise ValueError(f"Received a corrupt object frame ({count} parts): a desynchronized job?")
-    lengths = data[8 : 8 * (1 + count)].view("<i8").tolist()
-    offset = _aligned(8 * (1 + count))
+    count, tensor_parts = (int(n) for n in data[:16].view("<i8"))
+    if not (0 < count < 1 << 20 and 0 <= tensor_parts < count):
+        raise ValueError(
+            f"Received a corrupt object frame ({count} parts, {tensor_parts} of them tensors):"
+            " a desynchronized job?"
+        )
+    lengths = data[16 : 8 * (2 + count)].view("<i8").tolist()
+    offset = _aligned(8 * (2 + count))
     views: list[memoryview] = []
     for length in lengths:
         views.append(data[offset : offset + length].data)
         offset = _aligned(offset + length)
     if serializer is not None:
         return serializer.loads(bytes(views[0]))
-    return _Unpickler(io.BytesIO(views[0]), views[1:]).load()
+    first_tensor = count - tensor_parts
+    return _Unpickler(io.BytesIO(views[0]), views[1:first_tensor], views[first_tensor:]).load()
