@@ -24,7 +24,18 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-__all__ = ["Frame", "Serializer", "decode_frame", "encode_frame", "frame_into", "frame_size"]
+from distbridge.models._carriers import as_bytes
+
+__all__ = [
+    "Frame",
+    "Serializer",
+    "decode_frame",
+    "dumps",
+    "encode_frame",
+    "frame_into",
+    "frame_size",
+    "loads",
+]
 
 _ALIGN = 64
 
@@ -41,31 +52,39 @@ def _aligned(n: int) -> int:
 
 
 class _Pickler(pickle.Pickler):
-    """Pickle protocol 5 that sends plain CPU tensors' bytes out of band.
+    """Pickle protocol 5 that sends plain CPU tensors as their raw bytes, dtype and shape.
 
     ``buffers`` receives pickle's own out-of-band buffers (numpy arrays, ``PickleBuffer``),
     ``tensors`` the tensors' bytes; a tensor met twice is sent once and comes back as one
-    object, as pickle's memo does for everything else.
+    object, as pickle's memo does for everything else. Without the two lists, everything
+    stays in the stream (the tensors' bytes inside their persistent ids).
     """
 
     def __init__(
-        self, file: io.BytesIO, buffers: list[memoryview], tensors: list[memoryview]
+        self,
+        file: io.BytesIO,
+        buffers: list[memoryview] | None = None,
+        tensors: list[memoryview] | None = None,
     ) -> None:
-        super().__init__(file, protocol=5, buffer_callback=self._keep)
+        super().__init__(file, protocol=5, buffer_callback=None if buffers is None else self._keep)
         self._buffers = buffers
         self._tensors = tensors
         self._seen: dict[int, tuple[torch.Tensor, int]] = {}
 
     def _keep(self, buffer: pickle.PickleBuffer) -> None:
+        assert self._buffers is not None  # only called when buffers were given
         self._buffers.append(buffer.raw())
 
     def persistent_id(self, obj: Any) -> Any:
         if type(obj) is not torch.Tensor or not _out_of_band(obj):
             return None
+        if self._tensors is None:
+            data = obj.detach().resolve_conj().resolve_neg().contiguous()
+            return ("distbridge.tensor", as_bytes(data).numpy().tobytes(), obj.dtype, obj.shape)
         seen = self._seen.get(id(obj))
         if seen is None:
             data = obj.detach().resolve_conj().resolve_neg().contiguous()
-            self._tensors.append(data.reshape(-1).view(torch.uint8).numpy().data)
+            self._tensors.append(as_bytes(data).numpy().data)
             seen = self._seen[id(obj)] = (obj, len(self._tensors) - 1)  # obj: keeps id() unique
         return ("distbridge.tensor", seen[1], obj.dtype, tuple(obj.shape))
 
@@ -78,27 +97,49 @@ def _out_of_band(tensor: torch.Tensor) -> bool:
         and tensor.layout == torch.strided
         and not tensor.requires_grad
         and not tensor.is_quantized
-        and tensor.numel() > 0
     )
+
+
+_NO_BYTES = torch.empty(0, dtype=torch.uint8)  # torch.frombuffer refuses an empty buffer
 
 
 class _Unpickler(pickle.Unpickler):
     def __init__(
-        self, file: io.BytesIO, buffers: list[memoryview], tensors: list[memoryview]
+        self,
+        file: io.BytesIO,
+        buffers: list[memoryview] | None = None,
+        tensors: list[memoryview] | None = None,
     ) -> None:
         super().__init__(file, buffers=buffers)
-        self._tensors = tensors
+        self._tensors = tensors or []
         self._made: dict[int, torch.Tensor] = {}
 
     def persistent_load(self, pid: Any) -> Any:
         tag, index, dtype, shape = pid
         if tag != "distbridge.tensor" or not isinstance(dtype, torch.dtype):
             raise pickle.UnpicklingError(f"Unknown persistent id {pid!r}.")
+        if isinstance(index, bytes):  # in band: the bytes themselves
+            flat = torch.frombuffer(bytearray(index), dtype=torch.uint8) if index else _NO_BYTES
+            return flat.view(dtype).reshape(shape)
         made = self._made.get(index)
         if made is None:
-            flat = torch.frombuffer(self._tensors[index], dtype=torch.uint8)
+            raw = self._tensors[index]
+            flat = torch.frombuffer(raw, dtype=torch.uint8) if raw.nbytes else _NO_BYTES
             made = self._made[index] = flat.view(dtype).reshape(shape)
         return made
+
+
+def dumps(obj: Any) -> bytes:
+    """``obj`` as one pickle stream, tensors as their raw bytes (torch cannot unpickle some
+    dtypes it pickles, such as uint16 or float8): for values too small for a frame."""
+    stream = io.BytesIO()
+    _Pickler(stream).dump(obj)
+    return stream.getvalue()
+
+
+def loads(data: bytes) -> Any:
+    """The object ``dumps`` made ``data`` from."""
+    return _Unpickler(io.BytesIO(data)).load()
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ is evaluated; objects are unpickled only when this rank asked for objects too.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ import numpy as np
 import torch
 
 from distbridge.models import _codec as codec
+from distbridge.models import _objects as objects
 
 if TYPE_CHECKING:
     from distbridge.models.base import ComputationModel
@@ -162,7 +162,7 @@ def gather_values(model: ComputationModel, value: Any, group: Any) -> list[Any]:
     out: list[Any] = []
     for (k, _), chunk in zip(header, chunks, strict=True):
         if k == codec.KIND_OBJECT:
-            out.append(pickle.loads(chunk))  # every rank asked for objects (same category)
+            out.append(objects.loads(chunk))  # every rank asked for objects (same category)
         else:
             text = chunk.decode("utf-8")
             out.append(text if k == codec.KIND_STR else codec.decode_path(text))
@@ -175,7 +175,7 @@ def _encode_gathered(value: Any) -> tuple[int, int, bytes]:
     if kind in codec.NUMBER_KINDS:
         return kind, codec.encode_number(value, kind), b""
     text = kind in _TEXT_KINDS
-    payload = str(value).encode("utf-8") if text else pickle.dumps(value, protocol=5)
+    payload = str(value).encode("utf-8") if text else objects.dumps(value)
     return kind, len(payload), payload
 
 

@@ -1,0 +1,1 @@
+"""Differential property tests: results compared with a reference on generated valid inputs."""

@@ -1,0 +1,93 @@
+"""Running drawn cases on every rank of a live world in lockstep.
+
+Every rank draws the same cases (hypothesis, derandomized: its seed is a hash of the test
+function, so every process draws alike) and checks that it did over a FileStore. Each case
+holds every rank's input, so each rank computes its own expected answer locally. After each
+case every rank waits over the store until all finished it: a case that hangs fails the job
+with its label instead of desynchronizing the next one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import torch.distributed as dist
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+import distbridge as idist
+
+__all__ = ["digest", "draw_examples", "run_in_lockstep"]
+
+C = TypeVar("C")
+
+
+def draw_examples(strategy: st.SearchStrategy[C], count: int) -> list[C]:
+    """``count`` examples of ``strategy``, the same list in every process that imported the
+    same modules (hypothesis is derandomized and nothing else decides what it draws)."""
+    drawn: list[C] = []
+
+    @settings(
+        max_examples=count,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(strategy)
+    def collect(example: C) -> None:
+        drawn.append(example)
+
+    collect()
+    return drawn
+
+
+def digest(cases: list[Any]) -> str:
+    """A digest of the reprs of ``cases``: equal when two processes drew the same."""
+    return hashlib.sha256("\n".join(map(repr, cases)).encode()).hexdigest()
+
+
+def run_in_lockstep(
+    cases: list[C],
+    run_one: Callable[[C], str],
+    store_path: str,
+    case_timeout: float = 30.0,
+    label: Callable[[C], str] = repr,
+) -> list[str]:
+    """Run ``run_one`` on each case on this rank, in step with every other rank.
+
+    ``run_one`` returns "" when the case's result matched its reference, else a description;
+    an exception it raises is recorded the same way (a valid input must not raise).
+
+    Returns:
+        This rank's descriptions of the cases that did not match, each with its index.
+    """
+    rank, world = idist.get_rank(), idist.get_world_size()
+    store = dist.FileStore(store_path, world)  # type: ignore[attr-defined]
+    store.set(f"digest/{rank}", digest(cases))
+    digests = {store.get(f"digest/{r}").decode() for r in range(world)}  # get waits for it
+    if len(digests) != 1:
+        raise RuntimeError(f"the ranks drew different cases (digests {sorted(digests)})")
+    found = []
+    for i, case in enumerate(cases):
+        try:
+            problem = run_one(case)
+        except Exception as err:  # a valid input raised: a finding like a wrong answer
+            problem = f"raised {type(err).__name__}: {err}"
+        if problem:
+            found.append(f"case {i} on rank {rank}: {label(case)}: {problem}")
+        store.set(f"{i}/{rank}", "done")
+        try:
+            store.wait(
+                [f"{i}/{r}" for r in range(world) if r != rank], timedelta(seconds=case_timeout)
+            )
+        except Exception as err:  # the store's timeout: some rank is stuck in this case
+            raise TimeoutError(
+                f"case {i}, {label(case)}: rank {rank} finished it but not every rank did"
+                f" within {case_timeout} s: a hang"
+            ) from err
+    return found
