@@ -8,9 +8,12 @@ using ``payloads.difference`` (types, dtypes, shapes, byte-exact values, writabi
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any
 
+import numpy as np
 import torch
 from hypothesis import strategies as st
 
@@ -67,9 +70,11 @@ def object_cases() -> st.SearchStrategy[ObjectCase]:
 
 
 def _as_object(payload: Any) -> Any:
-    """all_gather sends tensors, numbers and str by their own rules (tested with the tensor
-    collectives): anything else goes as a pickled object, as here."""
-    return [payload] if isinstance(payload, (torch.Tensor, int, float, str)) else payload
+    """all_gather sends tensors, real numbers (numpy's too, as Python numbers) and str by
+    their own rules, tested with the tensor collectives: anything else goes as a pickled
+    object, as here."""
+    own_rules = (torch.Tensor, numbers.Real, np.bool_, str, PurePath)
+    return [payload] if isinstance(payload, own_rules) else payload
 
 
 def _as_items(payload: Any) -> list[Any]:

@@ -8,11 +8,14 @@ for byte. The same cases run on real gloo ranks in
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import distbridge as idist
+from tests.differential.dict_cases import DictCase, check_dict_case, dict_cases
 from tests.differential.object_cases import ObjectCase, check_case, object_cases
 from tests.differential.payloads import PAYLOADS, difference, pickle_round_trip
 
@@ -52,3 +55,39 @@ def test_the_comparison_sees_what_matters() -> None:
     readonly.flags.writeable = False
     assert difference(np.zeros(2), readonly)
     assert difference(torch.ones(1, requires_grad=True), torch.ones(1))
+
+
+@_SETTINGS
+@given(dict_cases())
+def test_metric_dicts_and_the_seed_match_the_exact_answer(case: DictCase) -> None:
+    assert check_dict_case(case) == ""
+
+
+class _Json:
+    """A serializer for JSON values: ``serializer=`` replaces pickle entirely."""
+
+    def dumps(self, obj: Any) -> bytes:
+        return json.dumps(obj).encode()
+
+    def loads(self, data: bytes) -> Any:
+        return json.loads(data)
+
+
+_JSON = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**53), 2**53), st.text(max_size=6)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@_SETTINGS
+@given(_JSON)
+def test_a_serializer_round_trips_what_it_was_given(value: Any) -> None:
+    serializer = _Json()
+    expected = serializer.loads(serializer.dumps(value))
+    assert idist.all_gather_object(value, serializer=serializer) == [expected]
+    assert idist.gather_object(value, serializer=serializer) == [expected]
+    assert idist.scatter_object([value], serializer=serializer) == expected
+    assert idist.broadcast_object(value, serializer=serializer) is value
