@@ -92,7 +92,8 @@ def xla(session: nox.Session) -> None:
     """
     session.install(*XLA_CONSTRAINTS, "torch", "torch_xla", "-e", ".[test]")
     session.env["PJRT_DEVICE"] = "CPU"
-    paths = ("tests/distributed/test_xla.py", "tests/unit")
+    paths = ("tests/distributed/test_xla.py", "tests/distributed/test_differential_engines.py")
+    paths += ("tests/unit",)
     session.run("python", "-m", "pytest", *paths, *session.posargs)
     session.run("python", "bench/bench_xla.py")
 
@@ -113,6 +114,7 @@ def horovod(session: nox.Session) -> None:
     session.install(*CONSTRAINTS, "-e", ".[test]")
     session.run(
         "python", "-m", "pytest", "tests/distributed/test_horovod.py",
+        "tests/distributed/test_differential_engines.py",
         "tests/distributed/test_launchers.py::test_horovodrun_gloo_initializes_native_gloo",
         *session.posargs,
     )  # fmt: skip

@@ -1,0 +1,72 @@
+"""The differential runs on Horovod (2 and 3 processes through ``horovod.run``) and on XLA
+(the XLA CPU device, a world of one): the same generated cases and references as on gloo.
+
+Without horovod / torch_xla (the main venv) these skip; ``nox -s horovod`` and ``nox -s xla``
+run them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from distbridge.testing import run_distributed
+from tests.differential.dict_cases import DICT_FUNCTIONS
+from tests.differential.object_cases import FUNCTIONS
+from tests.distributed.differential_object_targets import run_dict_cases, run_object_cases
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(420)]
+
+HAS_HOROVOD = importlib.util.find_spec("horovod") is not None
+HAS_XLA = importlib.util.find_spec("torch_xla") is not None
+NO_HOROVOD = "horovod is not installed: nox -s horovod"
+NO_XLA = "torch_xla is not installed: nox -s xla"
+
+#: (backend, world size) pairs, each where its engine is installed.
+ENGINES = [
+    pytest.param(
+        "horovod",
+        world,
+        marks=pytest.mark.skipif(
+            not HAS_HOROVOD, reason="horovod is not installed: nox -s horovod"
+        ),
+        id=f"horovod-{world}",
+    )
+    for world in (2, 3)
+] + [
+    pytest.param(
+        "xla-tpu",
+        1,
+        marks=pytest.mark.skipif(not HAS_XLA, reason=NO_XLA),
+        id="xla-1",
+    )
+]
+RUNS: dict[str, tuple[Callable[..., Any], tuple[str, ...], int]] = {
+    "objects": (run_object_cases, FUNCTIONS, 150),  # body, functions it must reach, cases
+    "dicts": (run_dict_cases, DICT_FUNCTIONS, 100),
+}
+
+
+@pytest.mark.parametrize(("backend", "world_size"), ENGINES)
+@pytest.mark.parametrize("run", sorted(RUNS))
+def test_results_match_the_reference(
+    backend: str, world_size: int, run: str, tmp_path: Path
+) -> None:
+    body, functions, count = RUNS[run]
+    results = run_distributed(
+        body,
+        backend=backend,
+        world_size=world_size,
+        args=(count, str(tmp_path / "store")),
+        timeout=360,
+    )
+    for ran, per_function, _ in results:
+        assert ran == count
+        assert set(per_function) == set(functions), per_function
+    found = [line for _, _, lines in results for line in lines]
+    print(f"\n{run} on {backend} x{world_size}: {count} cases, per function {results[0][1]}")
+    assert not found, "\n".join(found[:20])
