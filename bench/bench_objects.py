@@ -1,11 +1,14 @@
 """Object collectives: distbridge against torch.distributed's own, in time and in memory.
 
-Speed rows time ``idist.all_gather_object`` / ``idist.broadcast_object`` and
-``torch.distributed.all_gather_object`` / ``broadcast_object_list`` in the same processes,
-alternating the two (bench_core's ``_time_pair``), on a dict of numpy arrays and CPU
-tensors of about 64 MiB per rank and on a small dict of about 1 KiB, with 2 and 4 gloo
-processes. Memory rows measure the peak RSS growth of each rank during one 64 MiB call, in
-fresh worker processes (one set of forked workers per measurement). See bench/README.md.
+Speed rows time each of ``idist.all_gather_object``, ``gather_object``, ``broadcast_object``
+and ``scatter_object`` against torch.distributed's ``all_gather_object``, ``gather_object``,
+``broadcast_object_list`` and ``scatter_object_list`` in the same processes, alternating the
+two (bench_core's ``_time_pair``), on a dict of numpy arrays and CPU tensors of about 64 MiB
+per object and on a small dict of about 1 KiB, with 2 and 4 gloo processes. Each row also
+times the distbridge call against a *tensor floor*: the raw torch.distributed tensor
+collective moving a uint8 tensor of the object's pickled size (the limit a serializer can
+approach). Memory rows measure the peak RSS growth of each rank during one 64 MiB call, in
+fresh worker processes (bench_objects_memory.py). See bench/README.md.
 
 Usage (from the repository root)::
 
@@ -20,7 +23,6 @@ import json
 import os
 import pickle
 import platform
-import resource
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -35,21 +37,19 @@ import torch.distributed as dist
 import distbridge as idist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_core import MIB, _duration, _size, _time_pair
+from bench_core import MIB, _duration, _gather_into, _size, _time_pair
+from bench_objects_memory import MemoryRow, memory_lines, peak_growth
 
 WORLDS = (2, 4)
-BIG_PART = 16 * MIB  # four parts (two numpy arrays, two tensors): 64 MiB per rank
+OPS = ("all_gather_object", "gather_object", "broadcast_object", "scatter_object")
+BIG_PART = 16 * MIB  # four parts (two numpy arrays, two tensors): 64 MiB per object
 
-# Targets. Speed: distbridge / raw seconds, highest allowed (64 MiB: raw / distbridge >= 1.5).
+# Targets (issue 16): distbridge / torch seconds, highest allowed. 64 MiB: at least 1.5x
+# faster than torch; ~1 KiB: at least 0.9x torch's speed. The same for every collective.
 TARGET_BIG = 1 / 1.5
-TARGET_SMALL = 1.0
-# Memory: peak RSS growth during one call / (payload x world size), highest allowed.
-TARGET_MEMORY = 1.5
+TARGET_SMALL = 1 / 0.9
 
 JOB_TIMEOUT = 600.0  # seconds for one set of workers: a hang fails with the workers' stacks
-
-_CLEAR_REFS = "/proc/self/clear_refs"
-_STATUS = "/proc/self/status"
 
 
 @dataclass(frozen=True)
@@ -69,13 +69,16 @@ QUICK = Plan(small_iters=15, small_repeats=3, small_warmup=2, big_iters=1, big_r
 
 @dataclass(frozen=True)
 class SpeedRow:
-    """Median seconds per call of distbridge and of torch.distributed's object collective."""
+    """Median seconds per call: distbridge against torch's object collective, and
+    distbridge again (a second pairing) against the tensor floor."""
 
     name: str
     world: int
-    size: int  # bytes of the object (pickled in band) on each sending rank
-    distbridge_s: float
-    raw_s: float
+    size: int  # bytes of each object, pickled in band (what torch sends per object)
+    distbridge_s: float  # paired with raw_s
+    raw_s: float  # torch.distributed's object collective
+    floor_distbridge_s: float  # paired with floor_s
+    floor_s: float  # the raw tensor collective of ``size`` bytes per object
     target: float  # the highest acceptable distbridge / raw
 
     @property
@@ -83,42 +86,21 @@ class SpeedRow:
         return self.distbridge_s / self.raw_s
 
     @property
+    def vs_floor(self) -> float:
+        return self.floor_distbridge_s / self.floor_s
+
+    @property
     def passed(self) -> bool:
         return self.ratio <= self.target
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "ratio": self.ratio, "speedup": 1 / self.ratio}
-
-
-@dataclass(frozen=True)
-class MemoryRow:
-    """Peak RSS growth of every rank during one call, in a fresh process."""
-
-    name: str  # e.g. "all_gather_object"
-    library: str  # "distbridge" or "torch"
-    world: int
-    payload: int  # bytes of each sending rank's object
-    growth: tuple[int, ...]  # bytes, per rank
-    method: str  # "VmHWM" (peak reset before the call) or "ru_maxrss"
-
-    @property
-    def worst(self) -> int:
-        return max(self.growth)
-
-    @property
-    def ratio(self) -> float:
-        return self.worst / (self.payload * self.world)
-
-    @property
-    def target(self) -> float | None:
-        return TARGET_MEMORY if self.library == "distbridge" else None
-
-    @property
-    def passed(self) -> bool:
-        return self.target is None or self.ratio < self.target
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "worst": self.worst, "ratio": self.ratio, "target": self.target}
+        return {
+            **asdict(self),
+            "ratio": self.ratio,
+            "speedup": 1 / self.ratio,
+            "vs_tensor": self.vs_floor,
+            "passed": self.passed,
+        }
 
 
 # ---- the objects ------------------------------------------------------------------------------
@@ -168,13 +150,25 @@ def check_equal(what: str, got: Any, expected: Any) -> None:
         raise RuntimeError(f"{what}: {got!r} != {expected!r}.")
 
 
-# ---- the calls --------------------------------------------------------------------------------
+# ---- the calls (rank 0 is every root) ---------------------------------------------------------
+
+
+def _inputs(op: str, big: bool) -> Any:
+    """What this rank passes to ``op``: its object; for broadcasts rank 0's object (None
+    elsewhere); for scatters, on rank 0, the list of every rank's object (None elsewhere)."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if op in ("all_gather_object", "gather_object"):
+        return make_object(rank, big)
+    if rank != 0:
+        return None
+    if op == "broadcast_object":
+        return make_object(0, big)
+    return [make_object(r, big) for r in range(world)]
 
 
 def _calls(op: str, obj: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
-    """distbridge's call and torch.distributed's for ``op``; ``obj`` is this rank's object
-    (for broadcasts only rank 0's is read; the others pass None)."""
-    world = dist.get_world_size()
+    """distbridge's call and torch.distributed's for ``op``, on ``_inputs(op, ...)``."""
+    world, rank = dist.get_world_size(), dist.get_rank()
     if op == "all_gather_object":
 
         def facade() -> Any:
@@ -183,6 +177,16 @@ def _calls(op: str, obj: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
         def raw() -> Any:
             out: list[Any] = [None] * world
             dist.all_gather_object(out, obj)
+            return out
+
+    elif op == "gather_object":
+
+        def facade() -> Any:
+            return idist.gather_object(obj, dst=0)
+
+        def raw() -> Any:
+            out: list[Any] | None = [None] * world if rank == 0 else None
+            dist.gather_object(obj, out, dst=0)
             return out
 
     elif op == "broadcast_object":
@@ -195,23 +199,87 @@ def _calls(op: str, obj: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
             dist.broadcast_object_list(box, src=0)
             return box[0]
 
+    elif op == "scatter_object":
+
+        def facade() -> Any:
+            return idist.scatter_object(obj, src=0)
+
+        def raw() -> Any:
+            box: list[Any] = [None]
+            dist.scatter_object_list(box, obj, src=0)
+            return box[0]
+
     else:
         raise ValueError(op)
     return facade, raw
 
 
+def _floor(op: str, size: int) -> Callable[[], Any]:
+    """The raw tensor collective behind ``op``, moving a uint8 tensor of ``size`` bytes per
+    object: what is sent exists already (as the object does); what is received is a fresh
+    tensor every call (as the rebuilt object is)."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+
+    def send() -> torch.Tensor:
+        return torch.ones(size, dtype=torch.uint8)  # written: its pages are resident
+
+    def fresh() -> torch.Tensor:
+        return torch.empty(size, dtype=torch.uint8)
+
+    if op == "all_gather_object":
+        mine = send()
+
+        def floor() -> Any:
+            out = torch.empty(world * size, dtype=torch.uint8)
+            _gather_into(out, mine)
+            return out
+
+    elif op == "gather_object":
+        mine = send()
+
+        def floor() -> Any:
+            out = [fresh() for _ in range(world)] if rank == 0 else None
+            dist.gather(mine, out, dst=0)
+            return out
+
+    elif op == "broadcast_object":
+        mine = send() if rank == 0 else None
+
+        def floor() -> Any:
+            out = mine if mine is not None else fresh()
+            dist.broadcast(out, src=0)
+            return out
+
+    elif op == "scatter_object":
+        chunks = [send() for _ in range(world)] if rank == 0 else None
+
+        def floor() -> Any:
+            out = fresh()
+            dist.scatter(out, chunks, src=0)
+            return out
+
+    else:
+        raise ValueError(op)
+    return floor
+
+
 def _check_case(op: str, big: bool, facade: Callable[[], Any], raw: Callable[[], Any]) -> None:
-    """Once per case: both sides give every rank's object back exactly."""
+    """Once per case: both sides give every rank exactly the objects it should get."""
     world, rank = dist.get_world_size(), dist.get_rank()
     for side, fn in (("distbridge", facade), ("torch", raw)):
         got = fn()
-        if op == "all_gather_object":
-            if len(got) != world:
-                raise RuntimeError(f"{side} {op}: {len(got)} objects for {world} ranks.")
-            for r in range(world):  # one expected object at a time: little extra memory
-                check_equal(f"{side} {op} rank {r}", got[r], make_object(r, big))
+        what = f"{side} {op} on rank {rank}"
+        if op == "broadcast_object":
+            check_equal(what, got, make_object(0, big))
+        elif op == "scatter_object":
+            check_equal(what, got, make_object(rank, big))
         else:
-            check_equal(f"{side} {op} on rank {rank}", got, make_object(0, big))
+            expected = world if op == "all_gather_object" or rank == 0 else 0
+            got = [] if got is None else got  # torch's gather_object: None off the root
+            if len(got) != expected:
+                raise RuntimeError(f"{what}: {len(got)} objects, expected {expected}.")
+            for r in range(expected):  # one expected object at a time: little extra memory
+                check_equal(f"{what}, object {r}", got[r], make_object(r, big))
         del got
 
 
@@ -227,28 +295,30 @@ def _then_barrier(fn: Callable[[], Any]) -> Callable[[], None]:
 
 def speed_rows(plan: Plan) -> list[SpeedRow]:
     """Every speed row for this world; each rank makes the same calls in the same order."""
-    world, rank = dist.get_world_size(), dist.get_rank()
+    world = dist.get_world_size()
     rows = []
     for big in (False, True):
-        mine = make_object(rank, big)
-        size = payload_size(mine)
-        for op in ("all_gather_object", "broadcast_object"):
-            obj = mine if op == "all_gather_object" or rank == 0 else None
+        size = payload_size(make_object(0, big))  # every rank's object pickles to this size
+        for op in OPS:
+            obj = _inputs(op, big)
             facade, raw = _calls(op, obj)
+            floor = _floor(op, size)
             _check_case(op, big, facade, raw)  # also the first, untimed call of each side
             if big:
-                # A 64 MiB call leaves seconds of decoding on the other ranks (torch's) or
-                # almost none (distbridge's): without the barrier, rank 0's next call would
-                # pay for the previous one's tail.
-                facade, raw = _then_barrier(facade), _then_barrier(raw)
-                timed = _time_pair(facade, raw, plan.big_iters, plan.big_repeats, 0)
+                # A 64 MiB call leaves seconds of decoding on the receiving ranks (torch's)
+                # or almost none (distbridge's): without the barrier, rank 0's next call
+                # would pay for the previous one's tail.
+                facade, raw, floor = (_then_barrier(fn) for fn in (facade, raw, floor))
+                floor()  # its untimed first call
+                timing = (plan.big_iters, plan.big_repeats, 0)
             else:
-                timed = _time_pair(
-                    facade, raw, plan.small_iters, plan.small_repeats, plan.small_warmup
-                )
+                timing = (plan.small_iters, plan.small_repeats, plan.small_warmup)
+            vs_raw = _time_pair(facade, raw, *timing)
+            vs_floor = _time_pair(facade, floor, *timing)
             target = TARGET_BIG if big else TARGET_SMALL
-            rows.append(SpeedRow(op, world, size, *timed, target))
-        del mine
+            rows.append(SpeedRow(op, world, size, *vs_raw, *vs_floor, target))
+            del obj, facade, raw, floor
+            gc.collect()
     return rows
 
 
@@ -263,62 +333,28 @@ def speed_worker(local_rank: int, plan: Plan) -> list[dict[str, Any]] | None:
 # ---- memory -----------------------------------------------------------------------------------
 
 
-def _status_kib(field: str) -> int:
-    with open(_STATUS, encoding="ascii") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in {_STATUS}")
-
-
-def _reset_peak() -> bool:
-    """Reset this process's peak RSS (VmHWM) to its current RSS (Linux >= 4.0)."""
-    try:
-        with open(_CLEAR_REFS, "w", encoding="ascii") as f:
-            f.write("5")
-    except OSError:
-        return False
-    return True
-
-
 def memory_worker(local_rank: int, library: str, op: str) -> tuple[int, int, str]:
     """Run in fresh processes: this rank's peak RSS growth (bytes) during one 64 MiB call,
     the payload (bytes) and how the peak was read."""
     torch.set_num_threads(1)
-    rank = dist.get_rank()
+    side = 0 if library == "distbridge" else 1
     # Warm the same code path with a small object first: lazy imports and gloo's own
     # buffers are then in the baseline, not in the measured call.
-    small = make_object(rank, big=False)
-    small_obj = small if op == "all_gather_object" or rank == 0 else None
-    warm_facade, warm_raw = _calls(op, small_obj)
-    (warm_facade if library == "distbridge" else warm_raw)()
-    obj = make_object(rank, big=True) if op == "all_gather_object" or rank == 0 else None
-    facade, raw = _calls(op, obj)
-    call = facade if library == "distbridge" else raw
-    del small, small_obj, warm_facade, warm_raw
+    _calls(op, _inputs(op, big=False))[side]()
+    call = _calls(op, _inputs(op, big=True))[side]
     gc.collect()
     dist.barrier()
-    if _reset_peak():
-        before = _status_kib("VmRSS")
-        result = call()
-        peak = _status_kib("VmHWM")
-        method = "VmHWM"
-    else:  # ru_maxrss cannot be reset: a fresh process whose peak so far is the baseline
-        before = max(_status_kib("VmRSS"), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-        result = call()
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        method = "ru_maxrss"
-    del result
+    growth, method = peak_growth(call)
     dist.barrier()
-    payload = payload_size(make_object(0, big=True)) if rank == 0 else 0
-    return (peak - before) * 1024, payload, method
+    payload = payload_size(make_object(0, big=True)) if dist.get_rank() == 0 else 0
+    return growth, payload, method
 
 
 def memory_rows() -> list[MemoryRow]:
     """One fresh set of processes per (world, op, library)."""
     rows = []
     for world in WORLDS:
-        for op in ("all_gather_object", "broadcast_object"):
+        for op in OPS:
             for library in ("distbridge", "torch"):
                 results = _spawn(memory_worker, (library, op), world)
                 growth = tuple(g for g, _, _ in results)
@@ -355,7 +391,10 @@ def _table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
 
 
 def format_speed(rows: Sequence[SpeedRow]) -> str:
-    header = ("name", "world", "size", "distbridge", "raw", "ratio", "speedup", "target", "result")
+    header = (
+        *("name", "world", "size", "distbridge", "raw", "ratio", "speedup", "target", "result"),
+        *("tensor", "vs tensor"),
+    )
     lines = [
         (
             row.name,
@@ -367,24 +406,8 @@ def format_speed(rows: Sequence[SpeedRow]) -> str:
             f"{1 / row.ratio:.2f}x",
             f"<= {row.target:.3g}",
             "pass" if row.passed else "FAIL",
-        )
-        for row in rows
-    ]
-    return _table(header, lines)
-
-
-def format_memory(rows: Sequence[MemoryRow]) -> str:
-    header = ("name", "library", "world", "payload", "growth per rank", "ratio", "target", "result")
-    lines = [
-        (
-            row.name,
-            row.library,
-            str(row.world),
-            _size(row.payload),
-            " ".join(f"{g / MIB:.0f}" for g in row.growth) + " MiB",
-            f"{row.ratio:.2f}",
-            "-" if row.target is None else f"< {row.target:g}",
-            "-" if row.target is None else ("pass" if row.passed else "FAIL"),
+            _duration(row.floor_s),
+            f"{row.vs_floor:.2f}",
         )
         for row in rows
     ]
@@ -395,7 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Time and measure distbridge's object collectives against torch's."
     )
-    parser.add_argument("--quick", action="store_true", help="fewer calls (about a minute)")
+    parser.add_argument("--quick", action="store_true", help="fewer calls (a few minutes)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the rows here")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a row misses")
     args = parser.parse_args(argv)
@@ -411,7 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print(format_speed(speed))
     print()
-    print(format_memory(memory))
+    print(_table(*memory_lines(memory)))
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
         f"\n{'quick' if args.quick else 'full'} run, {elapsed:.0f} s; torch {torch.__version__}, "
