@@ -90,6 +90,12 @@ def all_gather(tensor: Any, group: Group | None = None) -> Any:
         rank, each with its sender's exact type. Ranks outside ``group`` get ``x`` (a tensor)
         or ``[x]`` back.
 
+    Tensors are concatenated along dim 0, so a shape that differs across ranks (a 0-dim
+    tensor here, a 3-dim one there) has no answer. The shapes are not exchanged first (one
+    collective, as in torch): the backend fails (gloo aborts the process); the debug mode
+    (``DISTBRIDGE_DEBUG=1``) raises `CollectiveMismatch` on every rank, naming each shape.
+    For such tensors use `gather`, `all_gather_tensors_with_shapes` or ``all_gather_object``.
+
     Note:
         Without a distributed context: a tensor comes back as a copy (0-dim: shape (1,)),
         anything else as a one-item list. Objects are pickled: unpickling runs code from the sender,
@@ -197,13 +203,31 @@ def all_gather_tensors_with_shapes(
 ) -> list[torch.Tensor]:
     """Gather tensors whose shapes differ across ranks, when every rank knows all shapes.
 
+    The shapes may have different numbers of dims (``[[], [2, 3], [4]]``: a 0-dim tensor
+    on group rank 0). Every tensor travels flat, padded to the most elements any has, in
+    one all-gather; nothing is exchanged first.
+
     Args:
         tensor: this rank's tensor; its shape must be ``shapes[group rank]``.
-        shapes: the shape of every group member's tensor, in group-rank order.
+        shapes: the shape of every group member's tensor, in group-rank order, the same
+            on every rank.
         group: as in `all_reduce`.
 
     Returns:
-        One tensor per group member, each with its own shape.
+        One tensor per group member, each with its own shape; ``[tensor]`` on a rank
+        outside ``group``.
+
+    Raises:
+        TypeError, ValueError: ``shapes`` is not one list of int dimensions (0 or more) per
+            member with ``tensor``'s at this rank's place, or needs too large a buffer.
+
+    Note:
+        Without a distributed context, returns ``[tensor]`` (``shapes`` is ``[tensor.shape]``).
+
+    Example:
+        >>> mine = torch.tensor(7.0) if idist.get_rank() == 0 else torch.ones(2, 3)
+        >>> idist.all_gather_tensors_with_shapes(mine, [[], [2, 3]])
+        [tensor(7.), tensor([[1., 1., 1.], [1., 1., 1.]])]   # on each of 2 ranks
     """
     return current().all_gather_tensors_with_shapes(tensor, shapes, group)
 
@@ -245,9 +269,11 @@ def gather(
 ) -> list[Any]:
     """Collect every rank's ``tensor`` on global rank ``dst``.
 
-    Tensors may have different shapes on different ranks (same dtype and number of
-    dimensions); nobody needs to know them in advance: the ranks first exchange their
-    shapes in one small collective. When every rank passes the same shape and dtype, say
+    Tensors may have different shapes on different ranks, different numbers of dims
+    included (a 0-dim tensor on one rank, a 3-dim one on another; the dtype must be the
+    same); nobody needs to know them in advance: the ranks first exchange their shapes in
+    one small collective, and each tensor comes back in its own shape. A dtype that differs
+    is a TypeError on every rank. When every rank passes the same shape and dtype, say
     so with ``same_shape=True`` to skip that exchange (as fast as ``torch.distributed.gather``;
     a rank that breaks the promise gets a backend error, or `CollectiveMismatch` in debug
     mode). Numbers, str, Path and other picklable values come back with their sender's exact
@@ -262,6 +288,9 @@ def gather(
     Example:
         >>> idist.gather(torch.arange(idist.get_rank() + 1), dst=0)
         [tensor([0]), tensor([0, 1])]   # on rank 0 of 2; [] on rank 1
+        >>> x = torch.tensor(5) if idist.get_rank() == 0 else torch.ones(1, 2, dtype=torch.int64)
+        >>> idist.gather(x, dst=0)
+        [tensor(5), tensor([[1, 1]])]   # on rank 0 of 2; [] on rank 1
     """
     return current().gather(tensor, dst, group, same_shape)
 
@@ -276,8 +305,9 @@ def scatter(
     """Give each rank of ``group`` its own tensor from global rank ``src``.
 
     Args:
-        tensors: on ``src``, one tensor per group member in group-rank order (shapes may
-            differ, same dtype and number of dimensions); ignored elsewhere (pass None).
+        tensors: on ``src``, one tensor per group member in group-rank order (one dtype;
+            shapes may differ, numbers of dims too: each receiver gets its own tensor's
+            shape); ignored elsewhere (pass None).
         src: the global rank that sends.
         group: as in `all_reduce`.
         out: a tensor to receive into, on every rank: then every ``tensors[r]`` must have its
@@ -339,8 +369,8 @@ def all_to_all(
 ) -> list[torch.Tensor] | torch.Tensor:
     """Send ``tensors[j]`` to group rank j and receive one tensor from every group rank.
 
-    Sizes may be uneven: each tensor may have its own shape (same dtype and number of
-    dimensions everywhere), and receivers learn the shapes on the way (one small collective
+    Sizes may be uneven: each tensor may have its own shape, its own number of dims too
+    (one dtype everywhere), and receivers learn the shapes on the way (one small collective
     first). With ``same_shape=True`` every tensor on every rank has one shape and dtype, and
     that exchange is skipped: one ``torch.distributed.all_to_all_single`` where the backend
     has it. Tensors that lie end to end in one buffer (``list(x.chunk(n))``) are sent

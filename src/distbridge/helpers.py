@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -12,6 +13,7 @@ from typing import Any, TypeVar
 import torch
 
 from distbridge import _api, _collectives, _state
+from distbridge.environments.base import read_int
 from distbridge.models._barrier import abort_barrier, check_timeout, timed_barrier
 
 __all__ = [
@@ -161,12 +163,61 @@ def get_local_group() -> Any:
     return groups[_api.get_node_rank()]
 
 
+#: Read in this order before any context, where no launcher of several ranks is recognized:
+#: the first one set decides (vis4d's and Lightning's rule). SLURM_PROCID comes after
+#: LOCAL_RANK because a SLURM allocation sets it in processes that SLURM did not start.
+_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+
+
+def _env_rank(env: Mapping[str, str]) -> int | None:
+    """The rank the first of ``_RANK_VARIABLES`` set in ``env`` gives (an empty value counts
+    as unset; the ones after it are not read), or None when none is set.
+
+    Raises:
+        ValueError: that variable is not an integer (read as the launchers' variables are,
+            with ``int()``), or is negative; the message names it.
+    """
+    for key in _RANK_VARIABLES:
+        rank = read_int(env, key)
+        if rank is None:
+            continue
+        if rank < 0:
+            raise ValueError(
+                f"Environment variable {key}={env[key]!r} is not a rank (0 or more); fix or "
+                "unset it."
+            )
+        return rank
+    return None
+
+
+def _on_rank_zero() -> bool:
+    """``rank_zero_only``'s rule: see its docstring."""
+    model = _state.current()
+    if model.backend() is not None or model.get_world_size() > 1:
+        return model.get_rank() == 0
+    return _env_rank(os.environ) in (None, 0)
+
+
 def rank_zero_only(func: F) -> F:
     """Decorator: call ``func`` on rank 0 only; other ranks get None.
 
-    Works before initialization too: ``get_rank()`` then answers with the launcher's rank
-    (torchrun's RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, ...), so logging setup can use it.
-    Without a launcher, this process is rank 0 and ``func`` runs.
+    Which process is rank 0 is decided at each call, so it works before initialization too
+    (for logging setup):
+
+    1. Once a distributed context exists (``initialize``, ``spawn``, or a process group
+       created by hand and adopted), its live rank decides.
+    2. Before that, under a launcher of several ranks that distbridge recognizes (torchrun,
+       srun, mpirun, jsrun, horovodrun: its complete set of variables), the launcher's rank
+       decides, as ``get_rank()`` answers.
+    3. Otherwise vis4d's rule: the first of ``RANK``, ``LOCAL_RANK``, ``SLURM_PROCID`` and
+       ``JSM_NAMESPACE_RANK`` that is set (an empty value counts as unset) decides, so a
+       bare ``RANK=1`` means "not rank 0" without the rest of a launcher's variables. None
+       set: this process is rank 0.
+
+    Raises:
+        ValueError: in case 3, when the deciding variable is not an integer ("abc", "1.5")
+            or is negative ("-1"): guessing would run ``func`` on every process, or on none.
+            The message names the variable; the ones after it are not read.
 
     Example:
         >>> @rank_zero_only              # doctest: +SKIP
@@ -175,7 +226,7 @@ def rank_zero_only(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return func(*args, **kwargs) if _api.get_rank() == 0 else None
+        return func(*args, **kwargs) if _on_rank_zero() else None
 
     return wrapper  # type: ignore[return-value]
 

@@ -1,6 +1,7 @@
-"""all_to_all: of a list of tensors (uneven sizes allowed, or one shape with
-``same_shape``), or of one tensor split along dim 0. The algorithm once, over primitives;
-the shape rows it exchanges for uneven sizes are ``_shape_rows``'.
+"""all_to_all: of a list of tensors (uneven sizes allowed, each tensor with its own shape and
+number of dims, or one shape with ``same_shape``), or of one tensor split along dim 0. The
+algorithm once, over primitives; the shape rows it exchanges for uneven sizes are
+``_shape_rows``'.
 """
 
 from __future__ import annotations
@@ -62,11 +63,9 @@ def all_to_all(
         table = shape_rows.exchange(model, rows, resolved)  # [sender, receiver, row]
         if mine_bad:
             raise TypeError(shape_rows.why_bad(tensors[mine_bad[0]], f"tensors[{mine_bad[0]}]"))
-        dtype, _ = shape_rows.decode(table)
-        sent = [tuple(int(d) for d in table[me, j, 2 : 2 + table[me, j, 1]]) for j in range(size)]
-        received = [
-            tuple(int(d) for d in table[j, me, 2 : 2 + table[j, me, 1]]) for j in range(size)
-        ]
+        dtype, shapes = shape_rows.decode(table)  # row j * size + k: what j sends to k
+        sent = shapes[me * size : (me + 1) * size]  # any number of dims in each
+        received = shapes[me::size]
     flat = [model._to_placement(t).reshape(-1) for t in tensors]
     data = _joined(flat, dtype)
     in_splits = [math.prod(s) for s in sent]

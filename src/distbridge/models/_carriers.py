@@ -52,4 +52,6 @@ def as_bytes(tensor: torch.Tensor) -> torch.Tensor:
 
 def from_bytes(data: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
     """The tensor whose bytes are ``data``."""
+    if not data.numel():  # an empty row of a stacked buffer may start at an odd offset
+        return torch.empty(shape, dtype=dtype, device=data.device)
     return data.view(dtype).reshape(shape)

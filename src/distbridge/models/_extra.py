@@ -1,16 +1,20 @@
-"""reduce, gather, scatter and reduce_scatter: the algorithm once, over primitives.
+"""reduce, gather, scatter, reduce_scatter and all_gather_tensors_with_shapes: the algorithm
+once, over primitives.
 
-Shapes may differ across ranks without the caller knowing them: ranks first exchange
-one small row per tensor (dtype code, rank, dims; see ``_shape_rows``), then move data
-padded to a common shape and trim it. A rank that cannot describe its tensor sends a
-"bad" row instead of raising at once, so every rank raises together rather than some
-waiting forever. The default primitives for backends that lack an op are in
+Shapes may differ across ranks without the caller knowing them, the number of dims too:
+ranks first exchange one small row per tensor (dtype code, number of dims, dims; see
+``_shape_rows``), then move every tensor flat, padded to the longest one's number of
+elements, and cut each back to its own shape. A rank that cannot describe its tensor
+sends a "bad" row instead of raising at once, so every rank raises together rather than
+some waiting forever. The default primitives for backends that lack an op are in
 ``_emulations``; all_to_all, which shares the shape rows, is in ``_all_to_all``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from numbers import Integral
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -18,30 +22,47 @@ import torch
 from distbridge.models import _carriers as carriers
 from distbridge.models import _codec as codec
 from distbridge.models import _shape_rows as shape_rows
-from distbridge.models._checks import check_reducible, region, write_back
+from distbridge.models._checks import check_dense, check_reducible, write_back
 from distbridge.models._groups import GroupCache
 
 if TYPE_CHECKING:
     from distbridge.models.base import ComputationModel
 
-__all__ = ["gather", "gather_known", "reduce", "reduce_scatter", "scatter", "scatter_known"]
+__all__ = [
+    "all_gather_with_shapes",
+    "gather",
+    "gather_known",
+    "reduce",
+    "reduce_scatter",
+    "scatter",
+    "scatter_known",
+]
 
 _NOT_A_MEMBER = GroupCache.NOT_A_MEMBER
 
 
-# ---- padding ----------------------------------------------------------------------------------
+# ---- padding: every tensor travels flat, as long as the longest -------------------------------
 
 
-def _largest(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
-    return tuple(max(dims) for dims in zip(*shapes, strict=True)) if shapes and shapes[0] else ()
+def _longest(shapes: Sequence[Sequence[int]]) -> int:
+    """The most elements any of ``shapes`` holds (a 0-dim shape holds one)."""
+    return max((math.prod(s) for s in shapes), default=0)
 
 
-def _padded(tensor: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
-    if tuple(tensor.shape) == shape:
-        return tensor
-    out = tensor.new_zeros(shape)
-    out[region(None, tensor.shape)] = tensor
+def _flat_padded(tensor: torch.Tensor, length: int) -> torch.Tensor:
+    """``tensor``'s elements in order, then zeros up to ``length``: contiguous, and a view
+    of ``tensor`` when it is contiguous and needs no zeros."""
+    flat = tensor.reshape(-1)
+    if flat.numel() == length:
+        return flat.contiguous()
+    out = flat.new_zeros(length)
+    out[: flat.numel()] = flat
     return out
+
+
+def _cut(flat: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """The first elements of 1-dim ``flat``, viewed in ``shape``."""
+    return flat[: math.prod(shape)].view(tuple(shape))
 
 
 # ---- public algorithms ------------------------------------------------------------------------
@@ -118,17 +139,62 @@ def gather(
         table = shape_rows.exchange(model, [shape_rows.row(x)], resolved)
         if (table[:, 0, 0] == shape_rows.BAD).any() and shape_rows.row(x)[0] == shape_rows.BAD:
             raise TypeError(shape_rows.why_bad(x, "gather's tensor"))
-        dtype, shapes = shape_rows.decode(table)
-    common = _largest(shapes)
-    work = model._to_placement(_padded(x, common))
+        dtype, shapes = shape_rows.decode(table)  # any number of dims on each rank
+    length = _longest(shapes)
+    work = model._to_placement(_flat_padded(x, length))
     if dtype in model.uncarried_dtypes:
         parts = model._do_gather(carriers.as_bytes(work), dst, resolved)
-        parts = [carriers.from_bytes(p, dtype, common) for p in parts] if parts else parts
+        parts = [carriers.from_bytes(p, dtype, (length,)) for p in parts] if parts else parts
     else:
         parts = model._do_gather(work, dst, resolved)
     if not is_dst or parts is None:
         return []
-    return [p[region(None, s)].to(x.device) for p, s in zip(parts, shapes, strict=True)]
+    return [_cut(p, s).to(x.device) for p, s in zip(parts, shapes, strict=True)]
+
+
+def all_gather_with_shapes(
+    model: ComputationModel, tensor: Any, shapes: Any, group: Any
+) -> list[torch.Tensor]:
+    """Every member's tensor, each in its own shape from ``shapes`` (given alike on every
+    rank, so nothing is exchanged first; the number of dims may differ): all travel flat,
+    padded to the longest."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}.")
+    resolved = model._groups.resolve(group)
+    if resolved is _NOT_A_MEMBER:
+        return [tensor]
+    size, me = model._group_size(resolved), model._group_rank(resolved)
+    if not isinstance(shapes, Sequence) or not all(isinstance(s, Sequence) for s in shapes):
+        raise TypeError(
+            f"shapes must be a list with one shape per group rank, e.g. [[2, 3], [4, 3]], "
+            f"got {shapes!r}."
+        )
+    if not all(isinstance(d, Integral) and not isinstance(d, bool) for s in shapes for d in s):
+        raise TypeError(f"shapes must hold int dimensions, got {shapes!r}.")
+    shape_list = [tuple(int(d) for d in s) for s in shapes]
+    if len(shape_list) != size:
+        raise ValueError(f"shapes has {len(shape_list)} entries; the group has {size} ranks.")
+    if shape_list[me] != tuple(tensor.shape):
+        raise ValueError(
+            f"shapes[{me}] is {shape_list[me]} but this rank's tensor has shape "
+            f"{tuple(tensor.shape)}; shapes[i] must be group rank i's shape."
+        )
+    if any(d < 0 for s in shape_list for d in s):
+        raise ValueError(f"shapes must hold dimensions of 0 or more, got {shape_list}.")
+    check_dense(tensor, "all_gather_tensors_with_shapes")
+    length = _longest(shape_list)
+    try:
+        if length >= 2**63:
+            raise OverflowError(f"{length} elements")
+        padded = tensor.new_zeros((1, length))
+    except (RuntimeError, MemoryError, OverflowError) as err:  # torch: "can't allocate memory"
+        raise ValueError(
+            f"shapes {shape_list} need a buffer of {length} elements on every rank, which "
+            f"cannot be allocated here ({type(err).__name__}); check the shapes."
+        ) from err
+    padded[0, : tensor.numel()] = tensor.reshape(-1)
+    gathered = model._gather_tensor(padded, resolved)
+    return [_cut(gathered[i], s) for i, s in enumerate(shape_list)]
 
 
 def gather_known(model: ComputationModel, x: torch.Tensor, dst: object) -> list[Any] | None:
@@ -170,18 +236,18 @@ def scatter(model: ComputationModel, tensors: Any, src: int, group: Any, out: An
     table = model._do_broadcast(table_t, src, resolved).cpu().numpy()
     if problem is not None:
         raise problem
-    dtype, shapes = shape_rows.decode(table)
-    common = _largest(shapes)
+    dtype, shapes = shape_rows.decode(table)  # any number of dims for each receiver
+    length = _longest(shapes)
     device = tensors[me].device if is_src else model.device()
-    out = torch.empty(common, dtype=dtype, device=model._collective_device())
-    chunks = [_padded(t, common).to(out.device).contiguous() for t in tensors] if is_src else None
+    out = torch.empty(length, dtype=dtype, device=model._collective_device())
+    chunks = [_flat_padded(t, length).to(out.device) for t in tensors] if is_src else None
     if dtype in model.uncarried_dtypes:
         raw = [carriers.as_bytes(c) for c in chunks] if chunks else None
         got = model._do_scatter(raw, carriers.as_bytes(out), src, resolved)
-        got = carriers.from_bytes(got, dtype, common)
+        got = carriers.from_bytes(got, dtype, (length,))
     else:
         got = model._do_scatter(chunks, out, src, resolved)
-    return got[region(None, shapes[me])].to(device)
+    return _cut(got, shapes[me]).to(device)
 
 
 def _scatter_into(

@@ -112,11 +112,12 @@ def _kind(value: object) -> str:
 
 
 def _tensor_fields(value: object, *, shape: bool) -> list[tuple[str, str]]:
-    """type=<kind>, and for a tensor its dtype and shape (or only its ndim)."""
+    """type=<kind>, and for a tensor its dtype and (when ``shape``) its shape."""
     fields = [("type", _kind(value))]
     if isinstance(value, torch.Tensor):
         fields.append(("dtype", _dtype(value)))
-        fields.append(("shape", str(list(value.shape))) if shape else ("ndim", str(value.dim())))
+        if shape:
+            fields.append(("shape", str(list(value.shape))))
     return fields
 
 
@@ -129,8 +130,9 @@ def _shape_note(value: object) -> list[tuple[str, str]]:
 
 
 def _gathered(value: object) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """A gathered value: tensors agree on dtype (and ndim); other values on their category
-    (numbers, text, objects), since a gather mixes ints and floats but not kinds."""
+    """A gathered value: tensors agree on dtype (shapes, number of dims included, may
+    differ); other values on their category (numbers, text, objects), since a gather mixes
+    ints and floats but not kinds."""
     if isinstance(value, torch.Tensor):
         return [*_tensor_fields(value, shape=False)], _shape_note(value)
     category = _CATEGORIES.get(codec.kind_of(value), "object")

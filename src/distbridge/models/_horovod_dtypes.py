@@ -38,4 +38,7 @@ def as_received(out: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     (the number of rows may differ)."""
     if like.dtype in MOVED:
         return out
-    return out.view(like.dtype).reshape(out.shape[0], *like.shape[1:])
+    shape = (out.shape[0], *like.shape[1:])
+    if not out.numel():  # empty rows may have strides a view in a wider dtype refuses
+        return out.new_empty(shape, dtype=like.dtype)
+    return out.view(like.dtype).reshape(shape)

@@ -1,10 +1,11 @@
 """Shape rows: a tensor described as a short row of ints, exchanged before moving data.
 
 A row holds a dtype code, the number of dims and the dims padded with zeros. Ranks
-all-gather their rows when shapes may differ across ranks; a rank that cannot describe
-its tensor sends a "bad" row instead of raising at once, so every rank raises together
-(``decode``) rather than some waiting forever. Used by ``_extra`` (reduce, gather,
-scatter, reduce_scatter) and ``_all_to_all``, with the argument checks both share.
+all-gather their rows when shapes may differ across ranks, the number of dims included (a
+0-dim tensor on one rank, a 3-dim one on another): each row carries its own. A rank that
+cannot describe its tensor sends a "bad" row instead of raising at once, so every rank
+raises together (``decode``) rather than some waiting forever. Used by ``_extra`` (gather,
+scatter) and ``_all_to_all``, with the argument checks they and reduce_scatter share.
 """
 
 from __future__ import annotations
@@ -65,19 +66,17 @@ def why_bad(tensor: object, what: str) -> str:
 
 
 def decode(rows: np.ndarray[Any, Any]) -> tuple[torch.dtype, list[tuple[int, ...]]]:
-    """The common dtype and every shape of a table of rows; raises on every rank alike."""
+    """The common dtype and every shape of a table of rows, in row order (each shape with its
+    own number of dims); raises on every rank alike when a row is bad or the dtypes differ."""
     flat = rows.reshape(-1, WIDTH)
     if (flat[:, 0] == WRONG).any():
         raise ValueError("The source rank's arguments do not fit (see that rank's error).")
     if (flat[:, 0] == BAD).any():
         raise TypeError("A rank passed a tensor that cannot be sent (see that rank's error).")
     dtypes = {int(c) for c in flat[:, 0]}
-    ndims = {int(n) for n in flat[:, 1]}
     if len(dtypes) > 1:
         names = sorted(str(codec.dtype_from_code(c)) for c in dtypes)
         raise TypeError(f"Every rank must pass the same dtype; got {', '.join(names)}.")
-    if len(ndims) > 1:
-        raise ValueError(f"Every rank must pass tensors with the same number of dims; got {ndims}.")
     shapes = [tuple(int(d) for d in r[2 : 2 + r[1]]) for r in flat]
     return codec.dtype_from_code(dtypes.pop()), shapes
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import timedelta
-from numbers import Integral
 from typing import Any, Final
 
 import torch
@@ -27,7 +26,7 @@ from distbridge.models import _extra as extra
 from distbridge.models import _object_collectives as objects
 from distbridge.models import _values as values
 from distbridge.models._barrier import StoreBarrier, check_name, check_timeout, timed_barrier
-from distbridge.models._checks import check_dense, check_reducible, region, write_back
+from distbridge.models._checks import check_dense, check_reducible, write_back
 from distbridge.models._fast_path import FastPath
 from distbridge.models._groups import GroupCache
 from distbridge.models._objects import Serializer
@@ -177,43 +176,11 @@ class ComputationModel(BackendPrimitives):
     def all_gather_tensors_with_shapes(
         self, tensor: torch.Tensor, shapes: Sequence[Sequence[int]], group: Group | None = None
     ) -> list[torch.Tensor]:
-        """Gather tensors whose shapes differ across ranks; ``shapes[i]`` is group rank i's."""
+        """Gather tensors whose shapes (number of dims too) differ across ranks; ``shapes[i]``
+        is group rank i's; see ``distbridge.all_gather_tensors_with_shapes``."""
         if self._debug:
             self._check_collective("all_gather_tensors_with_shapes", group, x=tensor, shapes=shapes)
-        if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}.")
-        resolved = self._groups.resolve(group)
-        if resolved is NOT_A_MEMBER:
-            return [tensor]
-        size, me = self._group_size(resolved), self._group_rank(resolved)
-        if not isinstance(shapes, Sequence) or not all(isinstance(s, Sequence) for s in shapes):
-            raise TypeError(
-                f"shapes must be a list with one shape per group rank, e.g. [[2, 3], [4, 3]], "
-                f"got {shapes!r}."
-            )
-        if not all(isinstance(d, Integral) and not isinstance(d, bool) for s in shapes for d in s):
-            raise TypeError(f"shapes must hold int dimensions, got {shapes!r}.")
-        shape_list = [tuple(int(d) for d in s) for s in shapes]
-        if len(shape_list) != size:
-            raise ValueError(f"shapes has {len(shape_list)} entries; the group has {size} ranks.")
-        if shape_list[me] != tuple(tensor.shape):
-            raise ValueError(
-                f"shapes[{me}] is {shape_list[me]} but this rank's tensor has shape "
-                f"{tuple(tensor.shape)}; shapes[i] must be group rank i's shape."
-            )
-        if any(len(s) != tensor.dim() for s in shape_list):
-            raise ValueError(f"Every shape must have {tensor.dim()} dimensions: {shape_list}.")
-        max_shape = [max(dims) for dims in zip(*shape_list, strict=True)] if tensor.dim() else []
-        try:
-            padded = tensor.new_zeros([1, *max_shape])
-        except (RuntimeError, MemoryError) as err:  # torch: "can't allocate memory"
-            raise ValueError(
-                f"shapes {shape_list} need a buffer of shape {max_shape} on every rank, which "
-                f"cannot be allocated here ({type(err).__name__}); check the shapes."
-            ) from err
-        padded[region(0, tensor.shape)] = tensor
-        gathered = self._gather_tensor(padded, resolved)
-        return [gathered[region(i, s)] for i, s in enumerate(shape_list)]
+        return extra.all_gather_with_shapes(self, tensor, shapes, group)
 
     def reduce(self, x: Any, dst: int = 0, op: str = "SUM", group: Group | None = None) -> Any:
         """Reduce onto ``dst``; see ``distbridge.reduce``."""

@@ -284,11 +284,12 @@ class NativeModel(LayoutQueries, ComputationModel):
     @fail_together.translate_peer_failure
     def _do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:
         is_dst = self._layout.rank == dst
-        parts = (
-            [torch.empty_like(tensor) for _ in range(self._group_size(group))] if is_dst else None
-        )
-        dist.gather(tensor, gather_list=parts, dst=dst, group=group)
-        return parts
+        sent = torch.view_as_real(tensor) if tensor.is_complex() else tensor  # gloo: no complex
+        parts = [torch.empty_like(sent) for _ in range(self._group_size(group))] if is_dst else None
+        dist.gather(sent, gather_list=parts, dst=dst, group=group)
+        if parts is None or sent is tensor:
+            return parts
+        return [torch.view_as_complex(p) for p in parts]
 
     @override
     @fail_together.translate_peer_failure
