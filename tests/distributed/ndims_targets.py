@@ -217,9 +217,9 @@ def _emulated() -> Iterator[None]:
         _state.install(native)
 
 
-def run_cases(local_rank: int, count: int) -> dict[str, Any]:
-    """Draw ``count`` cases, check that every rank drew the same, and run each on the native
-    model, then again through the emulations.
+def run_cases(local_rank: int, count: int, emulated_too: bool = True) -> dict[str, Any]:
+    """Draw ``count`` cases, check that every rank drew the same, and run each on the live
+    model, then (``emulated_too``, on the native model) again through the emulations.
 
     Returns:
         The digest of the cases, how many there were and how many mix numbers of dims, and
@@ -232,7 +232,10 @@ def run_cases(local_rank: int, count: int) -> dict[str, Any]:
     if len(set(digests)) != 1:
         raise RuntimeError(f"the ranks drew different cases: {digests}")
     failures = []
-    for path, context in (("native", contextlib.nullcontext()), ("emulated", _emulated())):
+    paths = [("model", contextlib.nullcontext())]
+    if emulated_too:
+        paths.append(("emulated", _emulated()))
+    for path, context in paths:
         with context:
             for i, case in enumerate(cases):
                 try:

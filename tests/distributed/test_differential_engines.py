@@ -17,6 +17,7 @@ import pytest
 from distbridge.testing import run_distributed
 from tests.differential.dict_cases import DICT_FUNCTIONS
 from tests.differential.object_cases import FUNCTIONS
+from tests.distributed import ndims_targets
 from tests.distributed.differential_object_targets import run_dict_cases, run_object_cases
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(420)]
@@ -70,3 +71,21 @@ def test_results_match_the_reference(
     found = [line for _, _, lines in results for line in lines]
     print(f"\n{run} on {backend} x{world_size}: {count} cases, per function {results[0][1]}")
     assert not found, "\n".join(found[:20])
+
+
+@pytest.mark.parametrize(("backend", "world_size"), [e for e in ENGINES if e.values[1] > 1])
+def test_mixed_ndims_match_the_local_answer(backend: str, world_size: int) -> None:
+    """Different numbers of dims on different ranks (``ndims_targets``), on this engine (a
+    world of one, XLA's here, has no other rank to differ from)."""
+    count = 40
+    per_rank = run_distributed(
+        ndims_targets.run_cases,
+        backend=backend,
+        world_size=world_size,
+        args=(count, False),
+        timeout=360,
+    )
+    failures = [f"rank {rank}: {f}" for rank, r in enumerate(per_rank) for f in r["failures"]]
+    assert not failures, "\n".join(failures[:20])
+    assert per_rank[0]["cases"] == count + len(ndims_targets.REGRESSIONS)
+    assert per_rank[0]["kinds"] == sorted(ndims_targets.KINDS)
