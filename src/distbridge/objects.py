@@ -6,6 +6,11 @@ ranks send: unpickling runs code chosen by the sender**. Use them only within yo
 job, or pass ``serializer=`` (an object with ``dumps(obj) -> bytes`` and
 ``loads(bytes) -> obj``, e.g. a JSON or msgpack wrapper) to avoid pickle altogether.
 Under NCCL, objects travel on a CPU (gloo) group, never through GPU memory.
+
+Every object comes back as ``pickle.loads(pickle.dumps(obj))`` would rebuild it (types,
+dtypes, shapes, bytes), tensors of dtypes torch's own pickling cannot rebuild (uint16,
+float8, ...) included. Received arrays and tensors are writable views of the receive buffer,
+each its own stretch of it, so in-place work on one never touches another.
 """
 
 from __future__ import annotations
