@@ -403,6 +403,22 @@ def check_all_to_all_uneven(tmp: Path) -> None:
     assert all(w.dtype == torch.uint32 for w in wide)
 
 
+def check_all_to_all_chunks_on_some_ranks_only(tmp: Path) -> None:
+    """Even ranks pass ``list(x.chunk(world))`` (sent as ``x`` itself), odd ranks separate
+    tensors of the same shape: the two paths must send alike (Horovod refused rows of
+    different shapes across ranks: "Mismatched ALLTOALL tensor shapes")."""
+    rank, world = _ranks()
+    for _ in range(2):  # the second time, the even ranks take the remembered fast path
+        rows = [[[rank, j, i] for i in range(3)] for j in range(world)]
+        if rank % 2 == 0:  # chunks of one (3 * world, 3) tensor: their _base
+            x = torch.tensor([row for chunk in rows for row in chunk], dtype=torch.float32)
+            sent = list(x.chunk(world))
+        else:
+            sent = [torch.tensor(r, dtype=torch.float32) for r in rows]
+        got = idist.all_to_all(sent, same_shape=True)
+        assert [g.tolist() for g in got] == [[[j, rank, i] for i in range(3)] for j in range(world)]
+
+
 def check_all_to_all_one_tensor(tmp: Path) -> None:
     rank, world = _ranks()
     # Two rows per chunk: rows 2j and 2j+1 go to rank j, which gets them at rows 2*rank...

@@ -17,7 +17,7 @@ import pytest
 from distbridge.testing import run_distributed
 from tests.differential.dict_cases import DICT_FUNCTIONS
 from tests.differential.object_cases import FUNCTIONS
-from tests.distributed import ndims_targets
+from tests.distributed import differential_tensor_targets, ndims_targets
 from tests.distributed.differential_object_targets import run_dict_cases, run_object_cases
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(420)]
@@ -89,3 +89,33 @@ def test_mixed_ndims_match_the_local_answer(backend: str, world_size: int) -> No
     assert not failures, "\n".join(failures[:20])
     assert per_rank[0]["cases"] == count + len(ndims_targets.REGRESSIONS)
     assert per_rank[0]["kinds"] == sorted(ndims_targets.KINDS)
+
+
+#: Horovod runs this with 2 processes. With 3, the 401-case sequence hangs at case 242 (an
+#: all_gather of the whole world right after one in a process set of rank 0 alone): one rank
+#: stays in Horovod's allgather while the others completed it. The two cases alone, or with
+#: the same store steps between them, pass: the hang depends on the 240 cases before; it is an
+#: open finding (see the closing note of issue 16), not yet diagnosed.
+TENSOR_ENGINES = [e for e in ENGINES if e.values != ("horovod", 3)]
+
+
+@pytest.mark.parametrize(("backend", "world_size"), TENSOR_ENGINES)
+def test_tensor_and_number_collectives_are_exact(
+    backend: str, world_size: int, tmp_path: Path
+) -> None:
+    """The tensor and number collectives against the exact answer (``tensor_cases``): every
+    (dtype, op) pair of the reductions the model takes, on this engine."""
+    reports = run_distributed(
+        differential_tensor_targets.run_tensor_differential,
+        backend=backend,
+        world_size=world_size,
+        args=(str(tmp_path / "store"), 12),
+        timeout=360,
+    )
+    mismatches = [m for report in reports for m in report["mismatches"]]
+    shown = "\n".join(" | ".join(m) for m in mismatches[:40])
+    assert not mismatches, f"{len(mismatches)} mismatches (label | expected | got):\n{shown}"
+    for report in reports:
+        missing = differential_tensor_targets.required_tags(1, full=True) - set(report["tags"])
+        assert not missing, f"rank {report['rank']}: no case exercised {sorted(missing)}"
+    print(f"\ntensors on {backend} x{world_size}: {reports[0]['cases']} cases per rank")

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["check_dense", "check_reducible", "region", "write_back"]
+__all__ = ["check_dense", "check_reducible", "divide_", "region", "write_back"]
 
 
 def check_dense(tensor: torch.Tensor, what: str) -> None:
@@ -30,6 +30,14 @@ def check_reducible(tensor: torch.Tensor, op: str, what: str = "all_reduce") -> 
         raise TypeError(f"Reduction {op} is undefined for complex dtype {dtype}.")
 
 
+def divide_(tensor: torch.Tensor, n: int) -> torch.Tensor:
+    """Divide ``tensor`` by ``n`` in place (an average), a complex one part by part, as
+    torch.distributed's AVG does: a complex division would spread an inf or NaN of one part
+    to the other and turn -0.0 into 0.0."""
+    (torch.view_as_real(tensor) if tensor.is_complex() else tensor).div_(n)
+    return tensor
+
+
 def region(index: int | None, shape: Sequence[int]) -> tuple[int | slice, ...]:
     """The index that cuts a tensor (entry ``index`` of a stacked one) down to ``shape``."""
     cut = [slice(0, d) for d in shape]
@@ -38,7 +46,19 @@ def region(index: int | None, shape: Sequence[int]) -> tuple[int | slice, ...]:
 
 def write_back(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """Make ``x`` hold ``out`` (when the collective worked on a copy) and return ``x``."""
-    if out is not x:
+    if out is not x and not _same_elements(x, out):
         with torch.no_grad():
             x.copy_(out)
     return x
+
+
+def _same_elements(x: torch.Tensor, out: torch.Tensor) -> bool:
+    """Whether ``out`` is ``x`` through another view, as when a carrier filled ``x``'s bytes in
+    place (copying would fail: torch refuses a copy between overlapping tensors whose strides
+    differ, which a contiguous ``x`` may have in dims of size 1)."""
+    return (
+        out.data_ptr() == x.data_ptr()
+        and (out.dtype, out.shape, out.device) == (x.dtype, x.shape, x.device)
+        and x.is_contiguous()
+        and out.is_contiguous()
+    )

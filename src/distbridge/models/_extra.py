@@ -22,7 +22,7 @@ import torch
 from distbridge.models import _carriers as carriers
 from distbridge.models import _codec as codec
 from distbridge.models import _shape_rows as shape_rows
-from distbridge.models._checks import check_dense, check_reducible, write_back
+from distbridge.models._checks import check_dense, check_reducible, divide_, write_back
 from distbridge.models._groups import GroupCache
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def reduce(model: ComputationModel, x: Any, dst: int, op: str, group: Any) -> An
     if not is_dst:
         return x
     if sent_op != name:
-        out.div_(model._group_size(resolved))
+        divide_(out, model._group_size(resolved))
     result = out if back is None else back(out)
     if result is not x:
         with torch.no_grad():
@@ -337,6 +337,6 @@ def reduce_scatter(model: ComputationModel, tensor: Any, op: str, group: Any) ->
     sent_op = "SUM" if name == "AVG" and not model._native_avg() else name
     out = model._do_reduce_scatter(work, sent_op, resolved)
     if sent_op != name:
-        out.div_(size)
+        divide_(out, size)
     result = out if back is None else back(out)
     return result.to(tensor.device)

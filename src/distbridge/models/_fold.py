@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from distbridge.models import _carriers as carriers
+from distbridge.models._checks import divide_
 
 if TYPE_CHECKING:
     from distbridge.models._primitives import BackendPrimitives
@@ -36,11 +37,16 @@ def fold(rows: torch.Tensor, op: str) -> torch.Tensor:
     elif (dtype.itemsize == 1 and dtype.is_floating_point) or dtype is torch.complex32:
         wide = torch.complex64 if dtype.is_complex else torch.float32  # no CPU arithmetic
         rows, back = rows.to(wide), lambda out: out.to(dtype)
+    parts = rows.is_complex() and op in ("SUM", "AVG")
+    if parts:  # part by part: torch's complex add turns inf + finite into NaN in the other part
+        rows = torch.view_as_real(rows)
     out = rows[0]
     for row in rows[1:]:
         out = _STEPS[op](out, row)
     if op == "AVG":
-        out = out / len(rows)
+        out = divide_(out.clone(), len(rows))
+    if parts:
+        out = torch.view_as_complex(out.contiguous())
     return out if back is None else back(out)
 
 

@@ -33,8 +33,12 @@ class HorovodAllToAll(BackendPrimitives):
 
     @override
     def _do_all_to_all_even(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
+        # One element a row, as _do_all_to_all sends: Horovod refuses rows of different
+        # shapes across ranks, and another rank may send the same chunks through that path
+        # (its list was no x.chunk(n)).
+        rows = tensor.reshape(-1, 1)
         size = self._group_size(group)
-        return self._alltoall(tensor, [tensor.shape[0] // size] * size, group)
+        return self._alltoall(rows, [rows.shape[0] // size] * size, group).reshape(tensor.shape)
 
     @override
     def _do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:

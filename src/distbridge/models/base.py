@@ -26,7 +26,7 @@ from distbridge.models import _extra as extra
 from distbridge.models import _object_collectives as objects
 from distbridge.models import _values as values
 from distbridge.models._barrier import StoreBarrier, check_name, check_timeout, timed_barrier
-from distbridge.models._checks import check_dense, check_reducible, write_back
+from distbridge.models._checks import check_dense, check_reducible, divide_, write_back
 from distbridge.models._fast_path import FastPath
 from distbridge.models._groups import GroupCache
 from distbridge.models._objects import Serializer
@@ -313,8 +313,11 @@ class ComputationModel(BackendPrimitives):
         work = self._to_placement(x)
         if work.dtype in self.uncarried_dtypes:
             self._do_broadcast(carriers.as_bytes(work), src, group)  # fills work in place
-            return write_back(x, work)
-        return write_back(x, self._do_broadcast(work, src, group))
+            out = work
+        else:
+            out = self._do_broadcast(work, src, group)
+        # The source keeps its tensor as it is: it may be read-only (expanded, stride 0).
+        return x if self.get_rank() == src else write_back(x, out)
 
     def _reduce_tensor(self, x: torch.Tensor, op: str, group: Any) -> torch.Tensor:
         work = self._to_placement(x)
@@ -328,7 +331,7 @@ class ComputationModel(BackendPrimitives):
         """All-reduce ``work``, already on its placement in a dtype the backend carries, with
         canonical ``op`` (AVG as SUM and a division where the backend does not average)."""
         if op == "AVG" and not self._native_avg():
-            return self._do_all_reduce(work, "SUM", group).div_(self._group_size(group))
+            return divide_(self._do_all_reduce(work, "SUM", group), self._group_size(group))
         return self._do_all_reduce(work, op, group)
 
     def _remember_fast_reduce(self, x: torch.Tensor, op: str, name: str) -> None:

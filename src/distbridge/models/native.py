@@ -22,6 +22,7 @@ from distbridge._types import SpawnResult
 from distbridge.errors import BackendUnavailableError, DistributedError
 from distbridge.models import _coordination as coordination
 from distbridge.models import _fail_together as fail_together
+from distbridge.models import _native_ops as ops
 from distbridge.models._carriers import UNCARRIED_BY_C10D
 from distbridge.models._debug import debug_flag
 from distbridge.models._fold import all_reduce_by_fold
@@ -51,24 +52,6 @@ SPAWN_OPTIONS = (
     "nnodes", "node_rank", "master_addr", "master_port", "init_method", "timeout",
     "start_method", "job_timeout", "join",
 )  # fmt: skip
-
-if dist.is_available():
-    _OPS = {
-        "SUM": dist.ReduceOp.SUM,
-        "PRODUCT": dist.ReduceOp.PRODUCT,
-        "MIN": dist.ReduceOp.MIN,
-        "MAX": dist.ReduceOp.MAX,
-        "AND": dist.ReduceOp.BAND,
-        "OR": dist.ReduceOp.BOR,
-        "AVG": dist.ReduceOp.AVG,
-    }
-    # torch 2.13 renamed the single-tensor forms (the old names warn).
-    _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    _reduce_scatter_single = (
-        getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    )
-    _NON_MEMBER = dist.GroupMember.NON_GROUP_MEMBER
-
 
 def _backend_of(pg: Any) -> str | None:
     """ "gloo", "nccl" or "mpi" for a process group of this model; None for others (e.g. xla)."""
@@ -231,9 +214,9 @@ class NativeModel(LayoutQueries, ComputationModel):
     @override
     @fail_together.translate_peer_failure
     def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        if op in self._folded_ops:
+        if op in self._folded_ops or ops.folds_product(tensor, op):
             return tensor.copy_(all_reduce_by_fold(self, tensor, op, group))
-        dist.all_reduce(tensor, op=_OPS[op], group=group)
+        dist.all_reduce(tensor, op=ops.torch_op(tensor, op), group=group)
         return tensor
 
     @override
@@ -241,7 +224,7 @@ class NativeModel(LayoutQueries, ComputationModel):
     def _do_all_gather(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
         size = self._group_size(group)
         out = tensor.new_empty((size * tensor.shape[0], *tensor.shape[1:]))
-        _all_gather_single(out, tensor, group=group)
+        ops.all_gather_single(out, tensor, group=group)
         return out
 
     @override
@@ -255,7 +238,7 @@ class NativeModel(LayoutQueries, ComputationModel):
     def _do_all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor, group: Any) -> None:
         slot = tensor.numel()
         if self._backend != "gloo" or slot * tensor.element_size() < _SLOT_BROADCAST_BYTES:
-            _all_gather_single(out, tensor, group=group)  # NCCL: in place when tensor is a slot
+            ops.all_gather_single(out, tensor, group=group)  # NCCL: in place when tensor is a slot
             return
         # gloo's all-gather stages the whole output in a scratch buffer of its own (measured:
         # world x slot extra bytes); one broadcast per member writes into ``out`` directly.
@@ -277,7 +260,9 @@ class NativeModel(LayoutQueries, ComputationModel):
     @override
     @fail_together.translate_peer_failure
     def _do_reduce(self, tensor: torch.Tensor, dst: int, op: str, group: Any) -> torch.Tensor:
-        dist.reduce(tensor, dst=dst, op=_OPS[op], group=group)
+        if ops.folds_product(tensor, op):
+            return self._do_all_reduce(tensor, op, group)
+        dist.reduce(tensor, dst=dst, op=ops.torch_op(tensor, op), group=group)
         return tensor
 
     @override
@@ -302,10 +287,10 @@ class NativeModel(LayoutQueries, ComputationModel):
     @override
     @fail_together.translate_peer_failure
     def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        if "reduce_scatter" not in self._emulated:
+        if "reduce_scatter" not in self._emulated and not ops.folds_product(tensor, op):
             out = tensor.new_empty((tensor.shape[0] // self._group_size(group), *tensor.shape[1:]))
             try:
-                _reduce_scatter_single(out, tensor, op=_OPS[op], group=group)
+                ops.reduce_scatter_single(out, tensor, op=ops.torch_op(tensor, op), group=group)
                 return out
             except RuntimeError as err:
                 self._fall_back("reduce_scatter", err)
@@ -374,7 +359,7 @@ class NativeModel(LayoutQueries, ComputationModel):
 
     @override
     def _check_group(self, group: object) -> None:
-        if not isinstance(group, dist.ProcessGroup) and group != _NON_MEMBER:
+        if not isinstance(group, dist.ProcessGroup) and group != ops.NON_MEMBER:
             raise not_a_group(group)
 
     @override
