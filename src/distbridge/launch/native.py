@@ -148,7 +148,7 @@ def spawn_native(
     worker = _NativeWorker(
         backend, fn, tuple(args), dict(kwargs_dict), env, node_rank * nproc, init_kwargs
     )
-    on_death = None if store is None else functools.partial(_tell_peers, store)
+    on_death = None if store is None else functools.partial(_tell_peers, store, world_size)
     try:
         return run_workers(
             worker,
@@ -163,9 +163,9 @@ def spawn_native(
         del store, on_death  # the store lives exactly as long as the job
 
 
-def _tell_peers(store: Any, rank: int, how: str) -> None:
+def _tell_peers(store: Any, world_size: int, rank: int, how: str) -> None:
     """Leave the failure note of a worker that died without a word (``how`` it ended)."""
-    record_failure(store, rank, f"its process {how}")
+    record_failure(store, rank, f"its process {how}", world_size)
 
 
 def _env_port() -> int | None:

@@ -10,11 +10,15 @@ are written
 - under a launcher, by the ``sys.excepthook`` that ``initialize`` installs;
 - by ``spawn``'s parent for a worker that died without a word (SIGKILL, ``os._exit``).
 
-A rank that leaves the job normally (``finalize``) marks itself as gone instead. When a
-collective of the native model then fails on another rank (gloo: "Connection closed by
-peer"), `translate_peer_failure` reads the note and raises `PeerFailed` naming the failed
-rank, or names the rank that left while this one still waited for it. Nothing here runs
-while nothing fails: the store is read only after a collective raised.
+Right after its note, a failing rank aborts its communicator (gloo: cuts its connections,
+see `Connections`), so its peers' collectives fail at once even while its process lingers
+(a non-daemon thread, a hung ``atexit``). A rank that leaves the job normally
+(``finalize``) marks itself as gone instead. When a collective of the native model then
+fails on another rank (gloo: "Connection closed by peer"), `translate_peer_failure` reads
+the note and raises `PeerFailed` naming the failed rank, or names the rank that left while
+this one still waited for it, and aborts that rank's communicator in turn, so the ranks that
+wait for it fail too. Nothing here runs while nothing fails: no thread, no polling; the
+store is read only after a collective raised.
 """
 
 from __future__ import annotations
@@ -26,23 +30,28 @@ import sys
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from torch._C._distributed_c10d import PrefixStore  # where torch defines it
 from torch.distributed import distributed_c10d as c10d
 
 from distbridge.errors import DistributedError, PeerFailed
+from distbridge.models._connections import Connections
 
 __all__ = [
+    "Abortable",
+    "abort_communicator",
     "failure_key",
     "install_excepthook",
     "job_root",
     "leave",
     "read_failure",
     "record_failure",
+    "store_ports",
     "summarize",
     "translate_peer_failure",
     "uninstall_excepthook",
+    "wake_key",
 ]
 
 #: How long a rank whose collective failed waits for a note that is on its way (the spawn
@@ -55,11 +64,35 @@ _CONNECTION_LOST = ("closed by peer", "reset by peer", "broken pipe", "connectio
 _LEFT_KEY = "distbridge/left/{rank}"
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
+Teardown = Callable[[], object]
+
+
+@runtime_checkable
+class Abortable(Protocol):
+    """A model whose communicator can be cut off its peers (the native model)."""
+
+    def abort_communicator(self) -> None:
+        """End this rank's part of the communicator, so that the peers' collectives fail."""
+
+    def known_failure(self) -> tuple[int, str] | None:
+        """The failure note this rank's watcher has already read, if any."""
+
+    def get_rank(self) -> int:
+        """This rank."""
+
+
+def _attempt() -> str:
+    return f"distbridge/attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
 
 def failure_key() -> str:
     """The key of the failure note on the job's root store, one per torchelastic restart."""
-    return f"distbridge/attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/failed"
+    return f"{_attempt()}/failed"
+
+
+def wake_key(rank: int) -> str:
+    """The key that ``rank``'s failure watcher waits for (set with every failure note)."""
+    return f"{_attempt()}/wake/{rank}"
 
 
 def job_root(store: Any) -> Any:
@@ -67,6 +100,27 @@ def job_root(store: Any) -> Any:
     while isinstance(store, PrefixStore):
         store = store.underlying_store
     return store
+
+
+def store_ports() -> set[int]:
+    """The TCP port of the default process group's root store (and ``MASTER_PORT``): the
+    connections a failing rank must keep, so that its note reaches the peers."""
+    ports: set[int] = set()
+    with contextlib.suppress(Exception):
+        ports.add(int(job_root(c10d._get_default_store()).port))
+    with contextlib.suppress(KeyError, ValueError):
+        ports.add(int(os.environ["MASTER_PORT"]))
+    return ports
+
+
+def abort_communicator(backend: str, connections: Connections) -> None:
+    """End this rank's part of the job's communicators, so that the peers' collectives fail
+    at once: cut gloo's connections (gloo has no abort of its own); with NCCL, abort every
+    process group too (``ncclCommAbort``). Never raises: it runs while this rank fails."""
+    if backend == "nccl" and c10d._world.pg_map:
+        with contextlib.suppress(Exception):
+            c10d._abort_process_group()
+    connections.cut()
 
 
 def summarize(exc: BaseException) -> str:
@@ -80,14 +134,18 @@ def summarize(exc: BaseException) -> str:
     return line if len(line) <= _SUMMARY_CHARS else line[: _SUMMARY_CHARS - 3] + "..."
 
 
-def record_failure(store: Any, rank: int, summary: str) -> None:
-    """Write the failure note of ``rank`` on ``store``'s root unless a note is there already.
+def record_failure(store: Any, rank: int, summary: str, world_size: int = 0) -> None:
+    """Write the failure note of ``rank`` on ``store``'s root unless a note is there already,
+    and wake the failure watchers of ranks ``0 .. world_size - 1``.
 
     Never raises: a rank that is failing must not fail differently because the store is gone.
     """
     note = f"{rank}\n{summary}"
     try:
-        job_root(store).compare_set(failure_key(), "", note)
+        root = job_root(store)
+        root.compare_set(failure_key(), "", note)
+        if world_size > 0:  # one request, whatever the world size
+            root.multi_set([wake_key(r) for r in range(world_size)], ["failed"] * world_size)
     except Exception:  # the store's host is gone; the peers keep their backend error
         return
 
@@ -107,16 +165,20 @@ def read_failure(store: Any, wait: float = 0.0) -> tuple[int, str] | None:
         return None
 
 
-def leave(rank: int) -> None:
+def leave(rank: int, world_size: int = 0, teardown: Teardown | None = None) -> None:
     """Tell the peers this rank leaves the job (``finalize``): as a failure when an
-    exception is propagating (other than a clean ``SystemExit``), else as a normal exit."""
+    exception is propagating (other than a clean ``SystemExit``), then ``teardown()`` (abort
+    the communicator); else as a normal exit."""
     try:
         store = c10d._get_default_store()
     except Exception:  # no default process group
         return
     exc = sys.exc_info()[1]
     if exc is not None and not (isinstance(exc, SystemExit) and exc.code in (None, 0)):
-        record_failure(store, rank, summarize(exc))
+        record_failure(store, rank, summarize(exc), world_size)
+        if teardown is not None:
+            with contextlib.suppress(Exception):
+                teardown()
         return
     try:
         store.set(_LEFT_KEY.format(rank=rank), "1")
@@ -131,8 +193,13 @@ def _who_left(store: Any, me: int, world_size: int) -> int | None:
     return None
 
 
-def _peer_failure(op: str, err: RuntimeError) -> PeerFailed | None:
+def _peer_failure(op: str, err: RuntimeError, owner: Any) -> PeerFailed | None:
     """The `PeerFailed` that explains ``err`` raised by ``op``, or None if nothing does."""
+    known = owner.known_failure() if isinstance(owner, Abortable) else None
+    if known is not None:  # read by the watcher, maybe while the store still lived
+        rank, summary = known
+        detail = f"Rank {owner.get_rank()} stopped in {op} because of it"
+        return PeerFailed(rank, summary, f"{detail}; rank {rank}'s own error says why.")
     try:
         store = c10d._get_default_store()
         me, world_size = c10d.get_rank(), c10d.get_world_size()
@@ -163,7 +230,7 @@ def _peer_failure(op: str, err: RuntimeError) -> PeerFailed | None:
 def translate_peer_failure(method: _Method) -> _Method:
     """Decorate a native ``_do_*`` primitive: a backend error caused by a failed peer becomes
     `PeerFailed`; any other error passes unchanged. Costs a ``try`` when nothing fails."""
-    op = method.__name__.removeprefix("_do_")
+    op = method.__name__.removeprefix("_do_").removesuffix("_with")  # _do_barrier_with too
 
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -172,9 +239,13 @@ def translate_peer_failure(method: _Method) -> _Method:
         except DistributedError:  # ours already (a nested primitive translated it)
             raise
         except RuntimeError as err:
-            failure = _peer_failure(op, err)
+            owner = args[0] if args else None
+            failure = _peer_failure(op, err, owner)
             if failure is None:
                 raise
+            if isinstance(owner, Abortable):  # the ranks waiting for this one fail too
+                with contextlib.suppress(Exception):
+                    owner.abort_communicator()
             raise failure from err
 
     return wrapper  # type: ignore[return-value]
@@ -184,23 +255,36 @@ _Hook = Callable[[type[BaseException], BaseException, TracebackType | None], Any
 
 
 class _FailureHook:
-    """``sys.excepthook`` while a native context lives: note the failure, then chain on."""
+    """``sys.excepthook`` while a native context lives: note the failure, chain on (the
+    traceback is shown), then tear the communicator down."""
 
-    def __init__(self, rank: int, previous: _Hook) -> None:
-        self.rank, self.previous = rank, previous
+    def __init__(
+        self, rank: int, world_size: int, previous: _Hook, teardown: Teardown | None
+    ) -> None:
+        self.rank, self.world_size, self.previous, self.teardown = (
+            rank, world_size, previous, teardown
+        )  # fmt: skip
 
     def __call__(
         self, kind: type[BaseException], exc: BaseException, tb: TracebackType | None
     ) -> Any:
         with contextlib.suppress(Exception):  # no process group any more: nobody to tell
-            record_failure(c10d._get_default_store(), self.rank, summarize(exc))
-        return self.previous(kind, exc, tb)
+            store = c10d._get_default_store()
+            record_failure(store, self.rank, summarize(exc), self.world_size)
+        try:
+            return self.previous(kind, exc, tb)
+        finally:
+            if self.teardown is not None:
+                with contextlib.suppress(Exception):
+                    self.teardown()
 
 
-def install_excepthook(rank: int) -> None:
-    """Make an uncaught exception on this rank leave a failure note for its peers."""
+def install_excepthook(rank: int, world_size: int = 0, teardown: Teardown | None = None) -> None:
+    """Make an uncaught exception on this rank leave a failure note for its peers, then call
+    ``teardown()`` (abort the communicator, so that peers blocked in a collective fail now
+    even if this process lingers)."""
     uninstall_excepthook()
-    sys.excepthook = _FailureHook(rank, sys.excepthook)
+    sys.excepthook = _FailureHook(rank, world_size, sys.excepthook, teardown)
 
 
 def uninstall_excepthook() -> None:

@@ -24,7 +24,9 @@ from distbridge.models import _coordination as coordination
 from distbridge.models import _fail_together as fail_together
 from distbridge.models import _native_ops as ops
 from distbridge.models._carriers import UNCARRIED_BY_C10D
+from distbridge.models._connections import Connections
 from distbridge.models._debug import debug_flag
+from distbridge.models._failure_watch import FailureWatch, start_watch
 from distbridge.models._fold import all_reduce_by_fold
 from distbridge.models._groups import not_a_group
 from distbridge.models._layout import (
@@ -53,6 +55,7 @@ SPAWN_OPTIONS = (
     "start_method", "job_timeout", "join",
 )  # fmt: skip
 
+
 def _backend_of(pg: Any) -> str | None:
     """ "gloo", "nccl" or "mpi" for a process group of this model; None for others (e.g. xla)."""
     name = str(dist.get_backend(pg)).lower()
@@ -77,6 +80,7 @@ class NativeModel(LayoutQueries, ComputationModel):
         layout: Layout,
         *,
         env_set: Mapping[str, str | None] | None = None,
+        connections: Connections | None = None,
     ) -> None:
         super().__init__()
         self._backend = backend
@@ -87,6 +91,8 @@ class NativeModel(LayoutQueries, ComputationModel):
         self._env_restore = dict(env_set or {})
         self._emulated: set[str] = set()  # ops this backend refused; the base class emulates them
         self._store: Any = None  # the coordination store, made on first use
+        self._connections = connections or Connections()  # cut when this rank fails
+        self._watch: FailureWatch | None = None  # learns of a peer's failure (initialize only)
         self._device = layout.device(visible_gpus(), gpu_required=backend == "nccl")
         # Reductions the backend lacks, folded from an all-gather: NCCL has no bitwise ones.
         self._folded_ops = frozenset(("AND", "OR")) if backend == "nccl" else frozenset()
@@ -142,17 +148,21 @@ class NativeModel(LayoutQueries, ComputationModel):
                 f"torch.distributed is already initialized (backend "
                 f"{dist.get_backend()!r}); call distbridge.finalize() before initialize()."
             )
-        layout = join_job(
-            backend,
-            timeout=as_timeout(kwargs.get("timeout")),
-            init_method=optional_argument("init_method", kwargs.get("init_method"), str, 0),
-            rank=optional_argument("rank", kwargs.get("rank"), int, 0),
-            world_size=optional_argument("world_size", kwargs.get("world_size"), int, 1),
-        )
-        rank, world = layout.rank, layout.world_size
-        if world > 1:  # an uncaught exception here makes the peers raise PeerFailed
-            fail_together.install_excepthook(rank)
-        return cls(backend, layout, env_set=export_layout(layout))._set_debug(debug)
+        connections = Connections()  # gloo's; NCCL and MPI abort by their own means
+        with connections.opening(fail_together.store_ports, backend == "gloo"):
+            layout = join_job(
+                backend,
+                timeout=as_timeout(kwargs.get("timeout")),
+                init_method=optional_argument("init_method", kwargs.get("init_method"), str, 0),
+                rank=optional_argument("rank", kwargs.get("rank"), int, 0),
+                world_size=optional_argument("world_size", kwargs.get("world_size"), int, 1),
+            )
+        model = cls(backend, layout, env_set=export_layout(layout), connections=connections)
+        if layout.world_size > 1:  # a failure here or on a peer ends the others' collectives
+            rank, abort = layout.rank, model.abort_communicator
+            fail_together.install_excepthook(rank, layout.world_size, abort)
+            model._watch = start_watch(coordination.default_store(), rank, abort)
+        return model._set_debug(debug)
 
     @classmethod
     @override
@@ -183,8 +193,10 @@ class NativeModel(LayoutQueries, ComputationModel):
     @override
     def finalize(self) -> None:
         fail_together.uninstall_excepthook()
-        if self.is_current():
-            fail_together.leave(self._layout.rank)  # the peers tell "left" from "failed"
+        if self._watch is not None:
+            self._watch.stop()
+        if self.is_current():  # the peers tell "left" from "failed"
+            fail_together.leave(self._layout.rank, self._layout.world_size, self.abort_communicator)
             dist.destroy_process_group()
         self._groups.clear()
         self._store = None
@@ -194,6 +206,14 @@ class NativeModel(LayoutQueries, ComputationModel):
             else:
                 os.environ[key] = old
         self._env_restore.clear()
+
+    def abort_communicator(self) -> None:
+        """Cut this rank off its peers after a failure, so that their collectives fail now."""
+        fail_together.abort_communicator(self._backend, self._connections)
+
+    def known_failure(self) -> tuple[int, str] | None:
+        """The failure note this rank's watcher read, if one came."""
+        return None if self._watch is None else self._watch.note
 
     # ---- primitives --------------------------------------------------------------------------
 
@@ -355,7 +375,9 @@ class NativeModel(LayoutQueries, ComputationModel):
     @override
     def _make_group(self, ranks: tuple[int, ...], **kwargs: Any) -> Any:
         check_group_options(kwargs)
-        return dist.new_group(ranks=list(ranks), **kwargs)
+        gloo = kwargs.get("backend", self._backend) == "gloo"
+        with self._connections.opening(fail_together.store_ports, gloo):
+            return dist.new_group(ranks=list(ranks), **kwargs)
 
     @override
     def _check_group(self, group: object) -> None:
