@@ -1,7 +1,8 @@
 """Developer sessions: nox -s tests | lint | typecheck | docs | bench | examples | xla | horovod.
 
-Every session installs torch through ci/constraints.txt, so it gets the pinned CPU
-wheel instead of a several-GB CUDA build.
+Every session installs torch through ci/constraints.txt, so it gets the pinned version. On
+CI's machines that is a CPU wheel from a local wheel folder; elsewhere, install a CPU torch
+first (README: Quick start) or pip takes PyPI's default CUDA build.
 """
 
 from __future__ import annotations

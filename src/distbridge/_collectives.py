@@ -8,12 +8,12 @@ bad call fails on a laptop exactly as it would on a cluster.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
 from pathlib import Path, PurePath
 from typing import Any, Literal, overload
 
 import torch
 
+from distbridge._barrier import barrier
 from distbridge._state import current
 from distbridge._types import Group
 
@@ -157,36 +157,6 @@ def broadcast(
         0.1   # on every rank, exactly
     """
     return current().broadcast(tensor, src, safe_mode, group)
-
-
-def barrier(
-    group: Group | None = None, timeout: float | timedelta | None = None, name: str | None = None
-) -> None:
-    """Wait until every rank of ``group`` (default: all) has called ``barrier``.
-
-    Args:
-        group: as in `all_reduce`; ranks outside the group return at once.
-        timeout: None: the backend's own barrier (no extra cost; a hang lasts until the
-            process group's timeout). Seconds (or a ``timedelta``): a barrier through the
-            coordination store that raises `BarrierTimeout` naming the ranks that did not
-            arrive; ``math.inf`` waits without a limit. Either way, past a few seconds it logs
-            the missing ranks (logger ``"distbridge"``, WARNING) at growing intervals.
-        name: names the barrier in those messages, e.g. ``"after-eval"``.
-
-    Raises:
-        BarrierTimeout: ``timeout`` passed before every member arrived (on the waiting ranks;
-            each logs its stacks and asks the others to log theirs).
-        PeerFailed: with a timeout, a rank of the job failed while this one waited.
-        TypeError, ValueError: ``timeout`` is not a positive number or timedelta, or
-            ``name`` is not a str.
-
-    Note:
-        Without a distributed context, returns at once (after validating its arguments).
-
-    Example:
-        >>> idist.barrier(timeout=600, name="checkpoint-written")  # doctest: +SKIP
-    """
-    current().barrier(group, timeout, name)
 
 
 def new_group(ranks: Sequence[int], **kwargs: Any) -> Any:

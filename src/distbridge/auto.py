@@ -5,6 +5,9 @@ signatures and meaning. One thing ignite leaves unclear is stated here: the
 ``batch_size`` given to ``auto_dataloader`` is the **global** batch size, split evenly
 across the processes (each process loads ``batch_size // world_size`` samples per
 step); when it does not divide, distbridge warns instead of silently changing it.
+
+This module mirrors ``ignite.distributed.auto``: ``from distbridge.auto import auto_model``
+is ``from ignite.distributed.auto import auto_model`` with one import changed.
 """
 
 from __future__ import annotations

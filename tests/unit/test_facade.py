@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 import socket
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -36,6 +33,8 @@ LAUNCH_VARS = (
     "TORCHELASTIC_USE_AGENT_STORE",
 )
 
+#: the torch.distributed options the facade's barrier passes on when it is given none
+NO_OPTIONS = {"async_op": False, "device_ids": None}
 # What a call returns, so a test can tell the model's answer from anything else.
 RESULT = object()
 DEVICE = torch.device("meta")
@@ -195,9 +194,9 @@ def test_barrier_delegates(model: RecordingModel) -> None:
     idist.barrier(G)
     idist.barrier(G, timeout=5, name="x")
     assert model.calls == [
-        ("barrier", (None, None, None), {}),
-        ("barrier", (G, None, None), {}),
-        ("barrier", (G, 5, "x"), {}),
+        ("barrier", (None, None, None), NO_OPTIONS),
+        ("barrier", (G, None, None), NO_OPTIONS),
+        ("barrier", (G, 5, "x"), NO_OPTIONS),
     ]
 
 
@@ -280,16 +279,18 @@ def test_helpers_use_the_facade(model: RecordingModel) -> None:
     assert on_five() == "five"
     assert on_zero() is None
     assert ran == [5]
-    assert model.calls == [("barrier", (None, None, None), {})]
+    assert model.calls == [("barrier", (None, None, None), NO_OPTIONS)]
 
     model.calls.clear()
     with idist.one_rank_first(rank=1, local=True):  # local rank 1 of 2: goes first
         ran.append(1)
     # Through the store (no process-group timeout); math.inf: no limit of its own.
-    assert model.calls == [("barrier", (None, math.inf, "one_rank_first(rank=1, local=True)"), {})]
+    assert model.calls == [
+        ("barrier", (None, math.inf, "one_rank_first(rank=1, local=True)"), NO_OPTIONS)
+    ]
     model.calls.clear()
     with idist.one_rank_first(rank=0, timeout=9):  # rank 5 waits for rank 0, then runs
-        assert model.calls == [("barrier", (None, 9.0, "one_rank_first(rank=0)"), {})]
+        assert model.calls == [("barrier", (None, 9.0, "one_rank_first(rank=0)"), NO_OPTIONS)]
     assert len(model.calls) == 1
     on_eight = idist.one_rank_only(rank=8)(lambda: None)
     with pytest.raises(ValueError, match=r"rank=8 is not a valid rank \(0\.\.7\)"):
@@ -371,145 +372,6 @@ def test_a_context_of_a_model_registered_later_is_adopted(
     finally:
         registry.unregister(RecordingModel)
         reset_state()
-
-
-# ---- ignite.distributed compatibility ---------------------------------------------------------
-
-_REQUIRED = inspect.Parameter.empty
-_VAR_KW = "**"
-
-#: ignite.distributed 0.5.x: name -> [(parameter, default)], in order (_REQUIRED: no default).
-IGNITE_SIGNATURES: dict[str, list[tuple[str, Any]]] = {
-    "backend": [],
-    "broadcast": [("tensor", _REQUIRED), ("src", 0), ("safe_mode", False)],
-    "device": [],
-    "available_backends": [],
-    "model_name": [],
-    "get_world_size": [],
-    "get_rank": [],
-    "get_local_rank": [],
-    "get_nproc_per_node": [],
-    "get_node_rank": [],
-    "get_nnodes": [],
-    "spawn": [
-        ("backend", _REQUIRED),
-        ("fn", _REQUIRED),
-        ("args", _REQUIRED),
-        ("kwargs_dict", None),
-        ("nproc_per_node", 1),
-        ("kwargs", _VAR_KW),
-    ],
-    "initialize": [("backend", _REQUIRED), ("kwargs", _VAR_KW)],
-    "finalize": [],
-    "show_config": [],
-    "set_local_rank": [("index", _REQUIRED)],
-    "all_reduce": [("tensor", _REQUIRED), ("op", "SUM"), ("group", None)],
-    "all_gather": [("tensor", _REQUIRED), ("group", None)],
-    "barrier": [],
-    "hostname": [],
-    "sync": [("temporary", False)],
-    "one_rank_only": [("rank", 0), ("with_barrier", False)],
-    "new_group": [("ranks", _REQUIRED), ("kwargs", _VAR_KW)],
-    "one_rank_first": [("rank", 0), ("local", False)],
-    "all_gather_tensors_with_shapes": [
-        ("tensor", _REQUIRED),
-        ("shapes", _REQUIRED),
-        ("group", None),
-    ],
-    "Parallel": [
-        ("backend", None),
-        ("nproc_per_node", None),
-        ("nnodes", None),
-        ("node_rank", None),
-        ("master_addr", None),
-        ("master_port", None),
-        ("init_method", None),
-        ("spawn_kwargs", _VAR_KW),
-    ],
-}
-IGNITE_VALUES = (
-    "has_xla_support",
-    "has_native_dist_support",
-    "has_hvd_support",
-    "registered_computation_models",
-)
-
-
-def test_every_ignite_name_is_exported() -> None:
-    for name in (*IGNITE_SIGNATURES, *IGNITE_VALUES):
-        assert name in idist.__all__, name
-        assert hasattr(idist, name), name
-
-
-def test_every_exported_name_exists() -> None:
-    missing = [name for name in idist.__all__ if not hasattr(idist, name)]
-    assert missing == []
-    assert len(set(idist.__all__)) == len(idist.__all__)
-
-
-@pytest.mark.parametrize("name", sorted(IGNITE_SIGNATURES))
-def test_signature_matches_ignite(name: str) -> None:
-    ours = list(inspect.signature(getattr(idist, name)).parameters.values())
-    reference = IGNITE_SIGNATURES[name]
-    ours_var_kw = [p for p in ours if p.kind is inspect.Parameter.VAR_KEYWORD]
-    ours_plain = [p for p in ours if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    ref_var_kw = [n for n, d in reference if d is _VAR_KW]
-    ref_plain = [(n, d) for n, d in reference if d is not _VAR_KW]
-    assert len(ours_plain) >= len(ref_plain), [p.name for p in ours]
-    for param, (ref_name, ref_default) in zip(ours_plain[: len(ref_plain)], ref_plain, strict=True):
-        assert param.name == ref_name
-        assert param.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
-        if ref_default is not _REQUIRED:
-            assert param.default == ref_default, param.name
-            assert type(param.default) is type(ref_default), param.name
-    for extra in ours_plain[len(ref_plain) :]:  # our additions: optional, after ignite's
-        assert extra.default is not _REQUIRED, extra.name
-    assert [p.name for p in ours_var_kw] == ref_var_kw
-
-
-def test_our_additions_to_ignite_signatures() -> None:
-    sig = inspect.signature
-    assert list(sig(idist.all_reduce).parameters) == ["tensor", "op", "group"]
-    assert list(sig(idist.broadcast).parameters) == ["tensor", "src", "safe_mode", "group"]
-    assert sig(idist.broadcast).parameters["group"].default is None
-    assert sig(idist.barrier).parameters["group"].default is None
-    assert sig(idist.spawn).parameters["args"].default == ()
-
-
-def test_ignite_keyword_calls_work() -> None:
-    t = torch.ones(1)
-    assert idist.all_reduce(tensor=t) is t
-    assert idist.all_gather(tensor=1) == [1]
-    assert idist.broadcast(tensor=1.5, src=0) == 1.5
-    assert idist.sync(temporary=True) is None
-
-
-def test_support_flags_are_bools() -> None:
-    import importlib.util
-
-    assert idist.has_native_dist_support is dist.is_available()
-    assert idist.has_xla_support is (importlib.util.find_spec("torch_xla") is not None)
-    assert idist.has_hvd_support is (importlib.util.find_spec("horovod") is not None)
-
-
-def test_import_never_pulls_in_xla_or_horovod(tmp_path: Path) -> None:
-    # Importable stand-ins that fail loudly if anything imports them.
-    for package in ("torch_xla", "horovod"):
-        (tmp_path / package).mkdir()
-        (tmp_path / package / "__init__.py").write_text(
-            f"raise RuntimeError('{package} was imported')\n", encoding="utf-8"
-        )
-    code = (
-        "import sys, distbridge\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch_xla', 'horovod')))\n"
-        "print(distbridge.has_xla_support, distbridge.has_hvd_support)\n"
-    )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["[]", "True True"]
 
 
 # ---- unknown keyword arguments ----------------------------------------------------------------

@@ -40,8 +40,10 @@ if TYPE_CHECKING:
     from distbridge.models.base import ComputationModel
 
 __all__ = [
+    "CompletedBarrier",
     "StoreBarrier",
     "abort_barrier",
+    "check_barrier_options",
     "check_name",
     "check_timeout",
     "dump_all_stacks",
@@ -85,6 +87,55 @@ def check_name(name: object) -> str | None:
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str naming the barrier, got {name!r}.")
     return name
+
+
+def check_barrier_options(
+    async_op: object, device_ids: object, seconds: float | None
+) -> list[int] | None:
+    """Validate torch.distributed's barrier options; ``device_ids`` as a list (or None)."""
+    if not isinstance(async_op, bool):
+        hint = (
+            f"; timeout is keyword-only: barrier(timeout={async_op!r})"
+            if isinstance(async_op, int | float | timedelta)
+            else ""
+        )
+        raise TypeError(f"async_op must be a bool, got {async_op!r}{hint}.")
+    if async_op and seconds is not None:
+        raise ValueError(
+            "barrier(async_op=True) cannot have a timeout: a timed barrier blocks until every "
+            "member arrives or the time is up; pass either async_op=True or timeout=..."
+        )
+    if device_ids is None:
+        return None
+    ids = list(device_ids) if isinstance(device_ids, list | tuple) else None
+    if ids is None or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise TypeError(
+            f"device_ids must be a list of CUDA device indices (ints) or None, got {device_ids!r}."
+        )
+    if any(i < 0 for i in ids):
+        raise ValueError(f"device_ids must be non-negative device indices, got {device_ids!r}.")
+    return ids
+
+
+class CompletedBarrier:
+    """What ``barrier(async_op=True)`` returns on a model whose barrier has already completed
+    when the call returns: the subset of ``torch.distributed.Work`` that a barrier's caller
+    uses, answering as a finished barrier does."""
+
+    def wait(self, timeout: object = None) -> bool:
+        """The barrier is done: returns True at once."""
+        return True
+
+    def is_completed(self) -> bool:
+        """Always True."""
+        return True
+
+    def is_success(self) -> bool:
+        """Always True."""
+        return True
+
+    def __repr__(self) -> str:
+        return "CompletedBarrier()"
 
 
 def _describe(name: str | None) -> str:

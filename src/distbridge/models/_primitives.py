@@ -18,6 +18,7 @@ from typing_extensions import Self
 
 from distbridge._types import SpawnResult
 from distbridge.models import _emulations as emulations
+from distbridge.models._barrier import CompletedBarrier
 
 __all__ = ["BackendPrimitives"]
 
@@ -188,6 +189,14 @@ class BackendPrimitives(ABC):
     @abstractmethod
     def _do_barrier(self, group: Any) -> None:
         """Block until every member of ``group`` arrives."""
+
+    def _do_barrier_with(self, group: Any, async_op: bool, device_ids: list[int] | None) -> Any:
+        """A barrier with torch.distributed's options (validated): the handle of an
+        ``async_op`` barrier, else None. The default ignores ``device_ids`` and blocks in
+        ``_do_barrier``, then returns a finished handle; a backend with asynchronous barriers
+        or per-device barriers overrides it."""
+        self._do_barrier(group)
+        return CompletedBarrier() if async_op else None
 
     @abstractmethod
     def _make_group(self, ranks: tuple[int, ...], **kwargs: Any) -> Any:

@@ -25,7 +25,14 @@ from distbridge.models import _debug as debug
 from distbridge.models import _extra as extra
 from distbridge.models import _object_collectives as objects
 from distbridge.models import _values as values
-from distbridge.models._barrier import StoreBarrier, check_name, check_timeout, timed_barrier
+from distbridge.models._barrier import (
+    CompletedBarrier,
+    StoreBarrier,
+    check_barrier_options,
+    check_name,
+    check_timeout,
+    timed_barrier,
+)
 from distbridge.models._checks import check_dense, check_reducible, divide_, write_back
 from distbridge.models._fast_path import FastPath
 from distbridge.models._groups import GroupCache
@@ -143,21 +150,25 @@ class ComputationModel(BackendPrimitives):
         group: Group | None = None,
         timeout: float | timedelta | None = None,
         name: str | None = None,
-    ) -> None:
+        *,
+        async_op: bool = False,
+        device_ids: list[int] | None = None,
+    ) -> Any:
         """Wait until every rank of ``group`` arrives; see ``distbridge.barrier``."""
         seconds = check_timeout(timeout)
         check_name(name)
+        ids = check_barrier_options(async_op, device_ids, seconds)
         if self._debug and seconds is None:  # a timed barrier names missing ranks itself
             self._check_collective("barrier", group)
         resolved = self._groups.resolve(group)
+        done = CompletedBarrier() if async_op else None
         if resolved is NOT_A_MEMBER:
-            return
+            return done
         if seconds is None:
-            self._do_barrier(resolved)
-            return
+            return self._do_barrier_with(resolved, async_op, ids)
         members = self._group_members(resolved)
         if len(members) == 1:
-            return
+            return done
         timed = timed_barrier(self)
         if timed is not None:
             timed.wait(members, seconds, name)
@@ -168,6 +179,7 @@ class ComputationModel(BackendPrimitives):
                 f"barrier(timeout={timeout!r}) needs a coordination store, and the "
                 f"{self.name} model has none; call barrier() without a timeout."
             )
+        return done
 
     def new_group(self, ranks: Sequence[int], **kwargs: Any) -> Any:
         """A group of ``ranks``, created once per distinct rank set and options, then reused."""

@@ -365,12 +365,19 @@ class NativeModel(LayoutQueries, ComputationModel):
         return self._store
 
     @override
-    @fail_together.translate_peer_failure
     def _do_barrier(self, group: Any) -> None:
-        if self._backend == "nccl":
-            dist.barrier(group=group, device_ids=[self._layout.local_rank])
-        else:
-            dist.barrier(group=group)
+        self._do_barrier_with(group, False, None)
+
+    @override
+    @fail_together.translate_peer_failure
+    def _do_barrier_with(self, group: Any, async_op: bool, device_ids: list[int] | None) -> Any:
+        """torch's barrier; ``device_ids`` reach NCCL alone (the others have no devices to
+        name), and NCCL defaults to this rank's GPU."""
+        if self._backend != "nccl":
+            device_ids = None
+        elif device_ids is None:
+            device_ids = [self._layout.local_rank]
+        return dist.barrier(group=group, async_op=async_op, device_ids=device_ids)
 
     @override
     def _make_group(self, ranks: tuple[int, ...], **kwargs: Any) -> Any:
