@@ -18,6 +18,7 @@ import torch
 import distbridge as idist
 from distbridge import _state, environments
 from distbridge.models import SerialModel
+from tests.distributed.emulation import emulating
 
 
 def _ranks() -> tuple[int, int]:
@@ -922,25 +923,8 @@ EXTRA_CHECKS = [n for n in CHECKS if "reduce" in n or "gather_uneven" in n or "s
 def run_checks_emulated(local_rank: int, names: list[str], tmp: str) -> dict[str, str]:
     """Run checks with the native model's own ops switched off: the base class's default
     emulations of reduce, gather, scatter, reduce_scatter and all_to_all do the work."""
-    from distbridge import _state
-    from distbridge.models import ComputationModel, NativeModel
-
-    class EmulatingNativeModel(NativeModel):
-        _do_reduce = ComputationModel._do_reduce
-        _do_gather = ComputationModel._do_gather
-        _do_scatter = ComputationModel._do_scatter
-        _do_reduce_scatter = ComputationModel._do_reduce_scatter
-        _do_all_to_all = ComputationModel._do_all_to_all
-        _do_all_to_all_even = ComputationModel._do_all_to_all_even
-
-    native = _state.current()
-    emulating = EmulatingNativeModel.from_context()
-    assert emulating is not None
-    _state.install(emulating)
-    try:
+    with emulating():
         return run_checks(local_rank, names, tmp)
-    finally:
-        _state.install(native)
 
 
 def run_checks(local_rank: int, names: list[str], tmp: str) -> dict[str, str]:

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import traceback
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -24,6 +23,7 @@ import distbridge as idist
 from tests.differential import lockstep
 from tests.differential import tensor_cases as tc
 from tests.differential import tensor_reference as ref
+from tests.distributed.emulation import emulating
 
 __all__ = [
     "Mismatch",
@@ -265,31 +265,6 @@ def required_tags(world: int, ops: frozenset[str] | None = None, full: bool = Tr
     return tags
 
 
-@contextmanager
-def _emulating() -> Iterator[None]:
-    """The native model with its own reduce, gather, scatter, reduce_scatter and all_to_all
-    switched off, so the base class's emulations do the work (as ``checks.py`` does)."""
-    from distbridge import _state
-    from distbridge.models import ComputationModel, NativeModel
-
-    class EmulatingNativeModel(NativeModel):
-        _do_reduce = ComputationModel._do_reduce
-        _do_gather = ComputationModel._do_gather
-        _do_scatter = ComputationModel._do_scatter
-        _do_reduce_scatter = ComputationModel._do_reduce_scatter
-        _do_all_to_all = ComputationModel._do_all_to_all
-        _do_all_to_all_even = ComputationModel._do_all_to_all_even
-
-    native = _state.current()
-    emulating = EmulatingNativeModel.from_context()
-    assert emulating is not None, "the emulations run on the native model only"
-    _state.install(emulating)
-    try:
-        yield
-    finally:
-        _state.install(native)
-
-
 def run_tensor_differential(
     local_rank: int,
     store_path: str,
@@ -322,7 +297,7 @@ def run_tensor_differential(
         ``ops_not_taken`` (the reductions this model does not take, so not drawn).
     """
     del local_rank
-    with _emulating() if emulated else nullcontext():
+    with emulating() if emulated else nullcontext():
         world, ops = idist.get_world_size(), tc.model_ops()
         cases = tc.draw_cases(world, per_func, sorted(ops & set(tc.OPS)), full)
         if compare_torch is None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +23,7 @@ from hypothesis import strategies as st
 
 import distbridge as idist
 from distbridge.errors import CollectiveMismatch
+from tests.distributed.emulation import emulating
 
 __all__ = ["KINDS", "REGRESSIONS", "Case", "debug_examples", "draw_cases", "run_cases", "tensor_of"]
 
@@ -194,29 +194,6 @@ def _run_case(case: Case, rank: int, world: int) -> str | None:
     return _difference(got, want, "result") or _difference(sent, before, "input afterwards")
 
 
-@contextlib.contextmanager
-def _emulated() -> Iterator[None]:
-    """The native model with its own gather, scatter and all_to_all switched off: the base
-    class's emulations (what XLA and backends without those ops use) do the work."""
-    from distbridge import _state
-    from distbridge.models import ComputationModel, NativeModel
-
-    class EmulatingNativeModel(NativeModel):
-        _do_gather = ComputationModel._do_gather
-        _do_scatter = ComputationModel._do_scatter
-        _do_all_to_all = ComputationModel._do_all_to_all
-        _do_all_to_all_even = ComputationModel._do_all_to_all_even
-
-    native = _state.current()
-    emulating = EmulatingNativeModel.from_context()
-    assert emulating is not None
-    _state.install(emulating)
-    try:
-        yield
-    finally:
-        _state.install(native)
-
-
 def run_cases(local_rank: int, count: int, emulated_too: bool = True) -> dict[str, Any]:
     """Draw ``count`` cases, check that every rank drew the same, and run each on the live
     model, then (``emulated_too``, on the native model) again through the emulations.
@@ -234,7 +211,7 @@ def run_cases(local_rank: int, count: int, emulated_too: bool = True) -> dict[st
     failures = []
     paths = [("model", contextlib.nullcontext())]
     if emulated_too:
-        paths.append(("emulated", _emulated()))
+        paths.append(("emulated", emulating()))
     for path, context in paths:
         with context:
             for i, case in enumerate(cases):
