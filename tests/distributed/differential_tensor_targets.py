@@ -22,6 +22,7 @@ import torch
 import distbridge as idist
 from tests.differential import lockstep
 from tests.differential import tensor_cases as tc
+from tests.differential import tensor_inputs as ti
 from tests.differential import tensor_reference as ref
 from tests.distributed.emulation import emulating
 
@@ -50,24 +51,24 @@ def _group(case: tc.Case) -> Any:
 
 def _arguments(
     case: tc.TensorCase, rank: int, inputs: list[list[torch.Tensor]], device: torch.device | None
-) -> tuple[Any, list[Any], list[tc.Built]]:
+) -> tuple[Any, list[Any], list[ti.Built]]:
     """What this rank passes: the first argument, the tensors it holds (``passed``: in the
     order ``expect`` reads them, scatter's ``out`` last), and their buffers."""
     layout = case.layouts[rank]
-    built = [tc.present(t, layout, device) for t in inputs[rank]]
+    built = [ti.present(t, layout, device) for t in inputs[rank]]
     tensors = [b.tensor for b in built]
     size = len(case.members(idist.get_world_size()))
     if case.func == "all_to_all" and case.variant == "chunks":
         whole = torch.cat(inputs[rank]) if inputs[rank] else torch.empty(0)
         whole = whole.to(device) if device is not None else whole
-        built = [tc.Built(tensor=whole, base=whole, value=whole)]
+        built = [ti.Built(tensor=whole, base=whole, value=whole)]
         tensors = list(whole.chunk(size))
         return tensors, tensors, built
     if case.func == "scatter":
         first = tensors if rank == case.root else None
         if case.variant == "out":
             written = "offset" if layout == "expanded" else layout  # out is written into
-            out = tc.present(tc.filler(case), written, device)
+            out = ti.present(ti.filler(case), written, device)
             return first, [*tensors, out.tensor], [*built, out]
         return first, tensors, built
     if case.func == "all_to_all" and case.variant != "single":
@@ -104,7 +105,7 @@ def _call(case: tc.TensorCase, first: Any, passed: list[Any], group: Any) -> Any
     return idist.all_gather_tensors_with_shapes(first, shapes, group=group)
 
 
-def _buffer_problem(built: tc.Built, before: torch.Tensor, written: bool) -> str:
+def _buffer_problem(built: ti.Built, before: torch.Tensor, written: bool) -> str:
     """'' when no byte of ``built``'s buffer changed, except its tensor's own elements where
     the call writes its result (``written``)."""
     rows_before, rows_after = ref.element_bytes(before), ref.element_bytes(built.base)
@@ -117,7 +118,7 @@ def _buffer_problem(built: tc.Built, before: torch.Tensor, written: bool) -> str
     return "an input tensor (or the buffer around it) was modified"
 
 
-def _tensor_tags(case: tc.TensorCase, rank: int, world: int, built: list[tc.Built]) -> set[str]:
+def _tensor_tags(case: tc.TensorCase, rank: int, world: int, built: list[ti.Built]) -> set[str]:
     tags = {f"func:{case.func}", f"dtype:{case.dtype}", f"variant:{case.func}:{case.variant}"}
     if case.op:
         tags |= {f"op:{case.op}", f"pair:{case.func}:{case.dtype}:{case.op}"}
@@ -153,7 +154,7 @@ def _run_tensor_case(
 ) -> tuple[list[str], set[str]]:
     rank, world = idist.get_rank(), idist.get_world_size()
     group = _group(case)
-    inputs = tc.build_inputs(case, world)
+    inputs = ti.build_inputs(case, world)
     problems: list[str] = []
     tags: set[str] = set()
     result: Any = None

@@ -21,6 +21,7 @@ import distbridge as idist
 from distbridge.models import SerialModel
 from distbridge.models._fold import fold
 from tests.differential import tensor_cases as tc
+from tests.differential import tensor_inputs as ti
 from tests.differential import tensor_reference as ref
 from tests.distributed import differential_tensor_targets as targets
 
@@ -97,7 +98,7 @@ def _reductions() -> list[tc.TensorCase]:
 
 
 def _members_values(case: tc.TensorCase) -> list[torch.Tensor]:
-    inputs = tc.build_inputs(case, 3)
+    inputs = ti.build_inputs(case, 3)
     return [inputs[m][0] for m in case.members(3)]
 
 
