@@ -205,7 +205,10 @@ def test_a_taken_master_port_is_a_clear_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("variables", "expected"),
     [
-        ({"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}, r"rank 2 is outside [0, 2)"),
+        (
+            {"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"},
+            "RANK=2 is not below WORLD_SIZE=2 (torchrun variables)",
+        ),
         ({"RANK": "1", "WORLD_SIZE": "2"}, "MASTER_ADDR"),
     ],
     ids=["rank-not-below-world-size", "missing-master-addr"],

@@ -281,7 +281,9 @@ def test_malformed_values_name_the_variable(key: str) -> None:
 
 
 def test_local_rank_past_this_nodes_task_count_is_refused() -> None:
-    with pytest.raises(ValueError, match=r"slurm: local rank 2 is outside \[0, 2\)"):
+    with pytest.raises(
+        ValueError, match=r"^SLURM_LOCALID=2 is not below the 2 tasks of node SLURM_NODEID=0 "
+    ):
         slurm.detect(_step(SLURM_LOCALID="2"))
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NoReturn
 
 __all__ = [
     "LOOPBACK",
     "LaunchEnvironment",
+    "Variables",
     "derived_port",
     "master_addr",
     "master_port",
@@ -41,28 +43,69 @@ class LaunchEnvironment:
     master_port: int | None = None
     node_id: str | None = None
 
+    #: where the detector read the fields, named in its errors; not part of equality
+    variables: Variables | None = field(default=None, compare=False, repr=False)
+
     def __post_init__(self) -> None:
-        if self.world_size < 1:
-            raise ValueError(
-                f"{self.launcher}: world size {self.world_size!r} must be at least 1; "
-                "check the launcher's variables."
-            )
-        _check_index(self.launcher, "rank", self.rank, self.world_size)
-        if self.local_world_size is not None and not 1 <= self.local_world_size <= self.world_size:
-            raise ValueError(
-                f"{self.launcher}: local world size {self.local_world_size!r} is outside "
-                f"[1, {self.world_size}] (the world size); check the launcher's variables."
-            )
-        _check_index(self.launcher, "local rank", self.local_rank, self.local_world_size)
-        _check_index(self.launcher, "node rank", self.node_rank, self.nnodes)
+        _check(self, self.variables or Variables(f"{self.launcher} launcher"))
 
 
-def _check_index(launcher: str, what: str, index: int | None, size: int | None) -> None:
-    """ValueError unless ``0 <= index < size`` (skipped when either is unknown)."""
-    if index is not None and size is not None and not 0 <= index < size:
-        raise ValueError(
-            f"{launcher}: {what} {index!r} is outside [0, {size}); check the launcher's variables."
-        )
+@dataclass(frozen=True)
+class Variables:
+    """Where a detector read a ``LaunchEnvironment``'s fields, for its error messages.
+
+    ``family`` says whose variables they are (``"torchrun variables"``). ``names`` maps a
+    field (``"rank"``, ``"world_size"``, ``"local_rank"``, ``"local_world_size"``,
+    ``"node_rank"``, ``"nnodes"``) to the variable it was read from, shown as ``NAME=value``;
+    a value derived from several variables maps to the whole text to show, which names them
+    with their values (it contains ``=``: ``"WORLD_SIZE=8 / LOCAL_WORLD_SIZE=2 = 4 nodes"``).
+    A field missing from ``names`` is shown by its own name (``world size 4``).
+    """
+
+    family: str
+    names: Mapping[str, str] = field(default_factory=dict)
+
+    def show(self, what: str, value: int) -> str:
+        """How the value of field ``what`` is named: ``RANK=4``, or the derivation given."""
+        name = self.names.get(what)
+        if name is None:
+            return f"{what.replace('_', ' ')} {value}"
+        return name if "=" in name else f"{name}={value}"
+
+
+def _check(launch: LaunchEnvironment, variables: Variables) -> None:
+    """ValueError unless the fields are consistent: sizes at least 1, each index in
+    ``[0, size)``, a node no bigger than the job. Each message names the variables with their
+    values and says how to fix them, e.g. ``RANK=3 is not below WORLD_SIZE=2 (torchrun
+    variables): ...``."""
+    fields = (  # index, size, what the indices are called, why a size is at least 1
+        ("rank", "world_size", "ranks", "a job has at least 1 process"),
+        ("local_rank", "local_world_size", "local ranks", "a node has at least 1 process"),
+        ("node_rank", "nnodes", "node indices", "a job has at least 1 node"),
+    )
+    for index_field, size_field, indices, at_least_one in fields:
+        index, size = getattr(launch, index_field), getattr(launch, size_field)
+        if size is not None and size < 1:
+            _refuse(variables, f"{variables.show(size_field, size)} is below 1", at_least_one, 1)
+        if size_field == "local_world_size" and size is not None and size > launch.world_size:
+            _refuse(variables, f"{variables.show(size_field, size)} is above "
+                    f"{variables.show('world_size', launch.world_size)}",
+                    "a node cannot run more processes than the whole job", 2)  # fmt: skip
+        if index is not None and index < 0:
+            _refuse(variables, f"{variables.show(index_field, index)} is negative",
+                    f"{indices} count from 0", 1)  # fmt: skip
+        if index is not None and size is not None and index >= size:
+            _refuse(variables, f"{variables.show(index_field, index)} is not below "
+                    f"{variables.show(size_field, size)}",
+                    f"{indices} run from 0 to {size - 1}", 2)  # fmt: skip
+
+
+def _refuse(variables: Variables, problem: str, rule: str, count: int) -> NoReturn:
+    them = "it" if count == 1 else "them"
+    raise ValueError(
+        f"{problem} ({variables.family}): {rule}; fix {them}, or unset {them} if another "
+        f"launch left {them} behind."
+    )
 
 
 def read_int(env: Mapping[str, str], key: str) -> int | None:

@@ -18,11 +18,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from distbridge.environments.base import LaunchEnvironment, master_addr, master_port, read_int
+from distbridge.environments.base import (
+    LaunchEnvironment,
+    Variables,
+    master_addr,
+    master_port,
+    read_int,
+)
 
 __all__ = ["LAUNCHER", "detect"]
 
 LAUNCHER = "horovodrun"
+_VARIABLES = Variables(
+    "horovodrun variables",
+    {
+        "rank": "HOROVOD_RANK",
+        "world_size": "HOROVOD_SIZE",
+        "local_rank": "HOROVOD_LOCAL_RANK",
+        "local_world_size": "HOROVOD_LOCAL_SIZE",
+        "node_rank": "HOROVOD_CROSS_RANK",
+        "nnodes": "HOROVOD_CROSS_SIZE",
+    },
+)
 
 
 def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
@@ -56,4 +73,5 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
         nnodes=cross_size if even else None,
         master_addr=master_addr(env, one_node=one_node),
         master_port=master_port(env, f"{LAUNCHER}:{job}" if job else None),
+        variables=_VARIABLES,
     )

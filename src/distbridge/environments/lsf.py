@@ -20,11 +20,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from distbridge.environments.base import LaunchEnvironment, master_port, read_int
+from distbridge.environments.base import LaunchEnvironment, Variables, master_port, read_int
 
 __all__ = ["LAUNCHER", "compute_hosts", "detect"]
 
 LAUNCHER = "lsf"
+_VARIABLES = Variables(  # node_rank and nnodes are not read: 0 and 1 when on one node
+    "jsrun variables",
+    {
+        "rank": "JSM_NAMESPACE_RANK",
+        "world_size": "JSM_NAMESPACE_SIZE",
+        "local_rank": "JSM_NAMESPACE_LOCAL_RANK",
+        "local_world_size": "JSM_NAMESPACE_LOCAL_SIZE",
+    },
+)
 
 
 def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
@@ -55,6 +64,7 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
         nnodes=1 if one_node else None,
         master_addr=env.get("MASTER_ADDR") or (hosts[0] if hosts else None),
         master_port=master_port(env, f"{LAUNCHER}:{job}" if job else None),
+        variables=_VARIABLES,
     )
 
 

@@ -19,11 +19,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from distbridge.environments.base import LaunchEnvironment, master_addr, master_port, read_int
+from distbridge.environments.base import (
+    LaunchEnvironment,
+    Variables,
+    master_addr,
+    master_port,
+    read_int,
+)
 
 __all__ = ["LAUNCHER", "detect"]
 
 LAUNCHER = "openmpi"
+_VARIABLES = Variables(  # node_rank is not read (see above)
+    "Open MPI variables",
+    {
+        "rank": "OMPI_COMM_WORLD_RANK",
+        "world_size": "OMPI_COMM_WORLD_SIZE",
+        "local_rank": "OMPI_COMM_WORLD_LOCAL_RANK",
+        "local_world_size": "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "nnodes": "OMPI_MCA_orte_num_nodes",
+    },
+)
 
 
 def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
@@ -54,6 +70,7 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
         master_addr=master_addr(env, one_node=one_node),
         master_port=master_port(env, f"{LAUNCHER}:{job}" if job else None),
         node_id=_daemon(env),
+        variables=_VARIABLES,
     )
 
 

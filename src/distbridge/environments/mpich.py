@@ -19,16 +19,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from distbridge.environments.base import LaunchEnvironment, master_addr, master_port, read_int
+from distbridge.environments.base import (
+    LaunchEnvironment,
+    Variables,
+    master_addr,
+    master_port,
+    read_int,
+)
 
 __all__ = ["LAUNCHER", "detect"]
 
 LAUNCHER = "mpich"
 
-_NAMES = (  # (rank, size, local rank, local size), first match wins
-    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+_NAMES = (  # (rank, size, local rank, local size, whose), first match wins
+    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "MPICH / PMI variables"),
     ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",
-     "MV2_COMM_WORLD_LOCAL_SIZE"),
+     "MV2_COMM_WORLD_LOCAL_SIZE", "MVAPICH2 variables"),
 )  # fmt: skip
 
 
@@ -39,7 +45,7 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
         >>> detect({"PMI_RANK": "3", "PMI_SIZE": "4"}).rank
         3
     """
-    for rank_key, size_key, local_key, local_size_key in _NAMES:
+    for rank_key, size_key, local_key, local_size_key, family in _NAMES:
         rank = read_int(env, rank_key)
         world_size = read_int(env, size_key)
         if rank is None or world_size is None:
@@ -58,6 +64,15 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
             nnodes=1 if one_node else None,
             master_addr=master_addr(env, one_node=one_node),
             master_port=master_port(env, None),
+            variables=Variables(
+                family,
+                {
+                    "rank": rank_key,
+                    "world_size": size_key,
+                    "local_rank": local_key,
+                    "local_world_size": local_size_key,
+                },
+            ),
         )
     return None
 

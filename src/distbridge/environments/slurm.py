@@ -25,7 +25,13 @@ import warnings
 from collections.abc import Mapping
 
 from distbridge.environments._hostlist import expand_hostlist
-from distbridge.environments.base import LaunchEnvironment, master_addr, master_port, read_int
+from distbridge.environments.base import (
+    LaunchEnvironment,
+    Variables,
+    master_addr,
+    master_port,
+    read_int,
+)
 
 __all__ = ["LAUNCHER", "detect", "job_key", "tasks_per_node"]
 
@@ -50,18 +56,24 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
     if step is None:
         _warn_if_job_shell(env)
         return None
-    world_size = _first_int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
+    size_key = _first_key(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
+    world_size = read_int(env, size_key)
     if world_size is None:
         raise ValueError(
-            "SLURM_PROCID is set but SLURM_NTASKS is not: these variables do not come from srun; "
-            "start the job with srun, or unset SLURM_PROCID."
+            f"SLURM_PROCID={rank} is set but SLURM_NTASKS is not: these variables do not come "
+            "from srun; start the job with srun, or unset SLURM_PROCID."
         )
-    hosts = expand_hostlist(
-        _first(env, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
-    )
-    nnodes = _first_int(env, "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
-    nnodes = nnodes if nnodes is not None else (len(hosts) or None)
+    list_key = _first_key(env, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+    hosts = expand_hostlist(env.get(list_key, ""))
+    nodes_key = _first_key(env, "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
+    nnodes = read_int(env, nodes_key)
+    names = {"rank": "SLURM_PROCID", "world_size": size_key, "local_rank": "SLURM_LOCALID",
+             "node_rank": "SLURM_NODEID", "nnodes": nodes_key}  # fmt: skip
+    if nnodes is None and hosts:
+        nnodes = len(hosts)
+        names["nnodes"] = f"the {nnodes} hosts of {list_key}={env[list_key]}"
     node_rank = read_int(env, "SLURM_NODEID")
+    local_world_size, names["local_world_size"] = _local_world_size(env, node_rank, nnodes)
     job = _first(env, "SLURM_JOB_ID", "SLURM_JOBID")
     first_host = hosts[0] if hosts else None
     return LaunchEnvironment(
@@ -69,11 +81,12 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
         rank=rank,
         world_size=world_size,
         local_rank=read_int(env, "SLURM_LOCALID"),
-        local_world_size=_local_world_size(env, node_rank, nnodes),
+        local_world_size=local_world_size,
         node_rank=node_rank,
         nnodes=nnodes,
         master_addr=env.get("MASTER_ADDR") or first_host or master_addr(env, one_node=nnodes == 1),
         master_port=master_port(env, job_key(job, step) if job else None),
+        variables=Variables("srun variables", names),
     )
 
 
@@ -101,8 +114,10 @@ def job_key(job_id: str, step_id: int) -> str:
 
 def _local_world_size(
     env: Mapping[str, str], node_rank: int | None, nnodes: int | None
-) -> int | None:
-    """Tasks on this node: this node's entry in the step's (else the job's) tasks per node.
+) -> tuple[int | None, str]:
+    """Tasks on this node: this node's entry in the step's (else the job's) tasks per node,
+    with the text that names it in errors (``SLURM_NTASKS_PER_NODE=2``; ``the 2 tasks of
+    node SLURM_NODEID=1 in ...`` where the nodes differ).
 
     SLURM_NTASKS_PER_NODE, the ``--ntasks-per-node`` request, is the last resort.
     """
@@ -115,10 +130,12 @@ def _local_world_size(
         except ValueError as err:
             raise ValueError(f"{key}={raw!r}: {err}") from err
         if len(counts) == 1:
-            return counts[0]  # one count for every node
-        if node_rank is not None and node_rank < len(counts) and nnodes in (None, len(counts)):
-            return counts[node_rank]
-    return None
+            return counts[0], f"{key}={raw}"  # one count for every node
+        if node_rank is not None and 0 <= node_rank < len(counts) and nnodes in (None, len(counts)):
+            count = counts[node_rank]
+            tasks = f"the {count} task{'s' * (count != 1)} of node SLURM_NODEID={node_rank}"
+            return count, f"{tasks} in {key}={raw}"
+    return None, ""  # unknown: never shown
 
 
 def _warn_if_job_shell(env: Mapping[str, str]) -> None:
@@ -148,4 +165,9 @@ def _first(env: Mapping[str, str], *keys: str) -> str:
 
 def _first_int(env: Mapping[str, str], *keys: str) -> int | None:
     """The first of ``keys`` set in ``env``, as an int (ValueError naming a malformed one)."""
-    return next((v for k in keys if (v := read_int(env, k)) is not None), None)
+    return read_int(env, _first_key(env, *keys))
+
+
+def _first_key(env: Mapping[str, str], *keys: str) -> str:
+    """The first of ``keys`` set to a non-empty value in ``env``, else the first key."""
+    return next((k for k in keys if env.get(k)), keys[0])

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from distbridge.environments.base import LaunchEnvironment, read_int
+from distbridge.environments.base import LaunchEnvironment, Variables, read_int
 
 __all__ = ["detect"]
+
+_NAMES = {  # LaunchEnvironment field: the variable it is read from
+    "rank": "RANK",
+    "world_size": "WORLD_SIZE",
+    "local_rank": "LOCAL_RANK",
+    "local_world_size": "LOCAL_WORLD_SIZE",
+    "node_rank": "GROUP_RANK",
+    "nnodes": "GROUP_WORLD_SIZE",
+}
 
 
 def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
@@ -23,10 +32,17 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
     local_world_size = read_int(env, "LOCAL_WORLD_SIZE")
     node_rank = read_int(env, "GROUP_RANK")
     nnodes = read_int(env, "GROUP_WORLD_SIZE")
+    names = dict(_NAMES)
     if nnodes is None and local_world_size and world_size % local_world_size == 0:
         nnodes = world_size // local_world_size
+        names["nnodes"] = (
+            f"WORLD_SIZE={world_size} / LOCAL_WORLD_SIZE={local_world_size} = {nnodes} nodes"
+        )
     if node_rank is None and local_world_size and nnodes:
         node_rank = rank // local_world_size
+        names["node_rank"] = (
+            f"RANK={rank} // LOCAL_WORLD_SIZE={local_world_size} = node {node_rank}"
+        )
     return LaunchEnvironment(
         launcher="torchelastic",
         rank=rank,
@@ -37,4 +53,5 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
         nnodes=nnodes,
         master_addr=env.get("MASTER_ADDR") or None,
         master_port=read_int(env, "MASTER_PORT"),
+        variables=Variables("torchrun variables", names),
     )
