@@ -11,11 +11,19 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from distbridge.errors import WorkerFailedError
+from distbridge.launch._main_module import REIMPORT_EXIT_CODE, REIMPORT_PROBLEM
 
 __all__ = ["SHORT_REPR", "Report", "Worker", "death", "failure"]
 
 SHORT_REPR = reprlib.Repr()  # repr() shortened for messages
 SHORT_REPR.maxother = SHORT_REPR.maxstring = 160
+
+#: Added when the first worker died of SIGABRT: gloo aborts the process on such a mismatch.
+_ABORT_HINT = (
+    " SIGABRT in a worker usually means the ranks called different collectives (another "
+    "operation, shape or dtype, which makes gloo abort): run with DISTBRIDGE_DEBUG=1 or "
+    "spawn(..., debug=True) to raise CollectiveMismatch naming both call sites instead."
+)
 
 #: What a worker sends over its pipe: ``("ok", value)`` or
 #: ``("error", traceback, exception_type_name, message)``.
@@ -56,11 +64,17 @@ def failure(failed: list[Worker], workers: list[Worker]) -> WorkerFailedError:
             worker_traceback=worker_traceback,
             peer_reports=reports,
         )
+    exitcode = first.process.exitcode or 0
+    if exitcode == REIMPORT_EXIT_CODE:
+        summary = f"{first.describe()} exited while starting: {REIMPORT_PROBLEM}."
+    else:
+        hint = _ABORT_HINT if exitcode == -signal.SIGABRT else ""
+        summary = f"{first.describe()} {death(first)}.{hint}"
     return WorkerFailedError(
-        f"{first.describe()} {death(first)}. {stopped}{others}",
+        f"{summary} {stopped}{others}",
         rank=first.rank,
         local_rank=first.index,
-        exitcode=first.process.exitcode or 0,
+        exitcode=exitcode,
         peer_reports=reports,
     )
 
@@ -93,6 +107,8 @@ def death(worker: Worker) -> str:
             return f"was killed by signal {signal.Signals(-exitcode).name}"
         except ValueError:
             return f"was killed by signal number {-exitcode}"
+    if exitcode == REIMPORT_EXIT_CODE:
+        return "called spawn again while importing the main script (no __main__ guard)"
     if exitcode > 0:
         return f"exited with code {exitcode}"
     return "exited without reporting a result (exit code 0, e.g. after os._exit(0))"

@@ -22,6 +22,7 @@ from typing import Any
 from torch._C._distributed_c10d import TCPStore  # where torch defines them
 
 from distbridge.errors import DistributedError
+from distbridge.launch._main_module import check_main_module
 from distbridge.launch.pickling import check_picklable
 from distbridge.launch.supervisor import run_workers
 from distbridge.models._fail_together import record_failure
@@ -111,6 +112,7 @@ def spawn_native(
         problem = nccl_gpu_problem(visible_gpus(), processes_on_node=nproc)
         if problem is not None:
             raise ValueError(f"spawn(nproc_per_node={nproc}): {problem}")
+    check_main_module(start_method)  # before the store: a worker importing an unguarded script
     if start_method != "fork":
         check_picklable(fn, args, kwargs_dict)
 

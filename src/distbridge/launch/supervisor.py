@@ -33,6 +33,7 @@ from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
 from typing import Any, cast
 
 from distbridge.errors import SpawnTimeoutError, suggest
+from distbridge.launch._main_module import check_main_module
 from distbridge.launch._signals import SignalWatch
 from distbridge.launch._worker_reports import SHORT_REPR, Report, Worker, death, failure
 
@@ -79,6 +80,8 @@ def run_workers(
 
     Raises:
         ValueError: an argument is out of range.
+        DistributedError: the main script came from standard input and ``start_method`` is
+            not "fork" (see :func:`distbridge.launch._main_module.check_main_module`).
         WorkerFailedError: a worker raised, exited without a result, exited with a non-zero
             code or was killed by a signal. It names the first worker that failed other than
             by `PeerFailed`, and lists what the others reported. Every worker was stopped.
@@ -94,6 +97,7 @@ def run_workers(
     _validate(nprocs, rank_offset, start_method, job_timeout, grace_seconds)
     if not peer_window >= 0:
         raise ValueError(f"peer_window must be a number of seconds >= 0, got {peer_window!r}.")
+    check_main_module(start_method)
     exit_seconds = max(grace_seconds, 1.0)
     # typeshed declares Process only on the concrete contexts, not on BaseContext.
     context = cast(

@@ -1,0 +1,80 @@
+"""Mistakes in the main script that only show once workers start, caught before they do.
+
+A worker started with the "spawn" or "forkserver" start method runs the main script again
+(as ``__mp_main__``) before it runs its function, so that the function can be found:
+
+- Code fed on standard input (``python - <<EOF``, ``python < script.py``) has no file to
+  run again: every worker fails with ``FileNotFoundError: '<stdin>'``. The parent sees it
+  coming (``__main__.__file__`` names no file) and refuses to start anything.
+- A script without an ``if __name__ == "__main__":`` guard calls ``spawn`` again while a
+  worker imports it. Only the worker can tell (multiprocessing marks it as bootstrapping),
+  so it prints why and exits with `REIMPORT_EXIT_CODE`, which the parent's
+  `WorkerFailedError` turns into the same advice.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from multiprocessing import process
+
+from distbridge.errors import DistributedError
+
+__all__ = ["REIMPORT_EXIT_CODE", "REIMPORT_PROBLEM", "check_main_module"]
+
+#: Exit code of a worker that called spawn while importing the main script.
+REIMPORT_EXIT_CODE = 86
+
+#: The problem and the fix, said by the worker and by the parent's WorkerFailedError.
+REIMPORT_PROBLEM = (
+    'the main script has no `if __name__ == "__main__":` guard, so each worker started with '
+    "'spawn' or 'forkserver' runs the spawn call again when it imports the script: put the "
+    "spawn call (and everything that should run once) under that guard, or pass "
+    'start_method="fork" where forking is safe'
+)
+
+_FORK_ADVICE = (
+    'or pass start_method="fork" where forking is safe (no CUDA and no threads started '
+    "before spawn)"
+)
+
+
+def check_main_module(start_method: str) -> None:
+    """Stop a spawn that would fail in every worker because of how the main script runs.
+
+    In a worker that is importing the main script (it has no ``__main__`` guard), print why
+    to stderr and end the process with exit code `REIMPORT_EXIT_CODE`.
+
+    Args:
+        start_method: the multiprocessing start method the workers will use.
+
+    Raises:
+        DistributedError: the main script was read from standard input (or its file is
+            gone), so workers started with "spawn" or "forkserver" cannot run it again.
+    """
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        print(f"distbridge: spawn was called while this worker was starting: {REIMPORT_PROBLEM}.",
+              file=sys.stderr, flush=True)  # fmt: skip
+        # Not SystemExit: a "forkserver" child turns every exception into exit code 1.
+        os._exit(REIMPORT_EXIT_CODE)
+    if start_method == "fork":
+        return
+    main = sys.modules.get("__main__")
+    if getattr(main, "__spec__", None) is not None:
+        return  # python -m package.module: the workers import it by name
+    path = getattr(main, "__file__", None)
+    if not isinstance(path, str):
+        return  # an interactive session: check_picklable looks at the functions
+    if path == "<stdin>":
+        raise DistributedError(
+            f"The main script was read from standard input, which workers started with "
+            f"start_method={start_method!r} cannot read again to re-import it: save the code "
+            f"to a file and run `python file.py`, {_FORK_ADVICE}."
+        )
+    if not os.path.isfile(os.path.join(getattr(process, "ORIGINAL_DIR", None) or "", path)):
+        raise DistributedError(
+            f"The main script {path!r} is not a file, so workers started with "
+            f"start_method={start_method!r} cannot re-import it: save the code to a file and "
+            f"run `python file.py`, {_FORK_ADVICE}."
+        )
