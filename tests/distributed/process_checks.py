@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["assert_gone", "child_pids", "default_sigint", "is_gone"]
+__all__ = ["assert_gone", "child_pids", "default_sigint", "is_gone", "processes_mentioning"]
 
 
 def default_sigint() -> None:
@@ -56,3 +56,15 @@ def child_pids() -> set[int]:
         if int(fields[1]) == os.getpid() and b"resource_tracker" not in cmdline:
             children.add(int(stat_file.parent.name))
     return children
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Pids of live processes whose command line contains ``text``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue  # exited meanwhile
+    return [pid for pid in found if not is_gone(pid)]

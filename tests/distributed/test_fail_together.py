@@ -21,7 +21,7 @@ import pytest
 import distbridge as idist
 from distbridge.errors import WorkerFailedError
 from tests.distributed import fail_together_targets as targets
-from tests.distributed.process_checks import assert_gone, is_gone
+from tests.distributed.process_checks import assert_gone, is_gone, processes_mentioning
 from tests.ports import free_port
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
@@ -65,18 +65,6 @@ def _check_peers(folder: Path, summary: str, op: str) -> dict[int, float]:
 
 def _record(name: str, seconds: dict[int, float], left: list[int]) -> None:
     print(f"\nFAULT {name}: PeerFailed on ranks {seconds} s after the failure, left: {len(left)}")
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line contains ``text``."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if text.encode() in cmdline.read_bytes():
-                found.append(int(cmdline.parent.name))
-        except OSError:
-            continue
-    return [pid for pid in found if not is_gone(pid)]
 
 
 def _launch(folder: Path, mode: str) -> list[subprocess.Popen[str]]:
@@ -162,7 +150,7 @@ def test_a_lingering_rank_under_torchrun(tmp_path: Path) -> None:
     assert "ValueError: rank 1 gives up" in proc.stderr
     assert "terminate called" not in proc.stderr
     seconds = _check_peers(tmp_path, "ValueError: rank 1 gives up", "all_reduce")
-    left = _processes_mentioning(str(tmp_path))
+    left = processes_mentioning(str(tmp_path))
     _record("torchrun, rank 1 raises, thread lingers", seconds, left)
     assert left == []
 

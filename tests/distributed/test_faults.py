@@ -31,7 +31,13 @@ from distbridge.errors import DistributedError, PeerFailed, WorkerFailedError
 from distbridge.launch.supervisor import run_workers
 from distbridge.models import _fail_together as fail_together
 from tests.distributed import fault_targets as targets
-from tests.distributed.process_checks import assert_gone, child_pids, default_sigint, is_gone
+from tests.distributed.process_checks import (
+    assert_gone,
+    child_pids,
+    default_sigint,
+    is_gone,
+    processes_mentioning,
+)
 from tests.ports import free_port
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(120)]
@@ -57,18 +63,6 @@ def _record(
     left = [pid for pid in pids if not is_gone(pid)]
     since = f" ({since} s after the fault)" if since else ""
     print(f"\nFAULT {name}: {kind} after {seconds:.1f} s{since}, processes left: {len(left)}")
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    """Pids of live processes whose command line contains ``text``."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if text.encode() in cmdline.read_bytes():
-                found.append(int(cmdline.parent.name))
-        except OSError:
-            continue  # exited meanwhile
-    return [pid for pid in found if not is_gone(pid)]
 
 
 @pytest.fixture(autouse=True)
@@ -175,7 +169,7 @@ def test_peer_failed_under_torchrun(tmp_path: Path) -> None:
     )
     assert outcome["seconds"] < 30
     assert seconds < 100
-    left = _processes_mentioning(str(tmp_path))
+    left = processes_mentioning(str(tmp_path))
     print(f"\nFAULT torchrun, rank 1 raises: PeerFailed after {seconds:.1f} s, left: {len(left)}")
     assert left == []
 
