@@ -183,7 +183,11 @@ def spawn(
         kwargs: native backends: ``nnodes`` (1), ``node_rank`` (0), ``master_addr``
             ("127.0.0.1" or MASTER_ADDR), ``master_port`` (a free port, or MASTER_PORT),
             ``init_method``, ``timeout`` (process group timeout), ``start_method``
-            ("spawn"), ``job_timeout`` (seconds for the whole job). Every backend takes
+            ("spawn"), ``job_timeout`` (seconds for the whole job), ``tag_output`` (None;
+            True: each output line starts with ``[rank N]: ``; False: the workers write
+            to this process's stdout and stderr themselves; None: whole lines where the
+            output is not a terminal), ``output_ranks`` (None: every rank; a list of ranks
+            whose output is shown). Every backend takes
             ``debug=True``: the workers run in the debug mode. Unknown names raise
             TypeError.
 

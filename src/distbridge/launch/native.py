@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -23,6 +23,7 @@ from torch._C._distributed_c10d import TCPStore  # where torch defines them
 
 from distbridge.errors import DistributedError
 from distbridge.launch._main_module import check_main_module
+from distbridge.launch._output import plan_output
 from distbridge.launch.pickling import check_picklable
 from distbridge.launch.supervisor import run_workers
 from distbridge.models._fail_together import record_failure
@@ -91,9 +92,14 @@ def spawn_native(
     start_method: str = "spawn",
     job_timeout: float | None = None,
     join: bool = True,
+    tag_output: bool | None = None,
+    output_ranks: Sequence[int] | None = None,
 ) -> list[Any]:
     """Run ``fn(local_rank, *args, **kwargs_dict)`` in ``nproc_per_node`` workers of a job of
-    ``nnodes`` machines; return this machine's results in local-rank order."""
+    ``nnodes`` machines; return this machine's results in local-rank order.
+
+    ``tag_output`` and ``output_ranks`` say how the workers' output reaches the parent's
+    (see `distbridge.launch._output`)."""
     nproc = _positive_int("nproc_per_node", nproc_per_node)
     nnodes = _positive_int("nnodes", nnodes)
     if not isinstance(node_rank, int) or not 0 <= node_rank < nnodes:
@@ -112,6 +118,7 @@ def spawn_native(
         problem = nccl_gpu_problem(visible_gpus(), processes_on_node=nproc)
         if problem is not None:
             raise ValueError(f"spawn(nproc_per_node={nproc}): {problem}")
+    output = plan_output(tag_output, output_ranks, nproc, nnodes * nproc)
     check_main_module(start_method)  # before the store: a worker importing an unguarded script
     if start_method != "fork":
         check_picklable(fn, args, kwargs_dict)
@@ -160,6 +167,7 @@ def spawn_native(
             job_timeout=job_timeout,
             peer_window=PEER_WINDOW_SECONDS,
             on_death=on_death,
+            output=output,
         )
     finally:
         del store, on_death  # the store lives exactly as long as the job

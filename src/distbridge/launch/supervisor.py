@@ -34,6 +34,7 @@ from typing import Any, cast
 
 from distbridge.errors import SpawnTimeoutError, suggest
 from distbridge.launch._main_module import check_main_module
+from distbridge.launch._output import OutputPlan, OutputRelay, redirect_output
 from distbridge.launch._signals import SignalWatch
 from distbridge.launch._worker_reports import SHORT_REPR, Report, Worker, death, failure
 
@@ -58,6 +59,7 @@ def run_workers(
     grace_seconds: float = 3.0,
     peer_window: float = 0.0,
     on_death: Callable[[int, str], None] | None = None,
+    output: OutputPlan | None = None,
 ) -> list[Any]:
     """Run ``target(i)`` in ``nprocs`` child processes and return their results in order.
 
@@ -74,6 +76,9 @@ def run_workers(
             (their reports are listed in the error) before they are stopped.
         on_death: called as ``on_death(rank, summary)`` in the parent when a worker dies
             without a report (a signal, ``os._exit``), e.g. to tell its peers.
+        output: which of the workers' streams go through the parent, line by line, with
+            a rank tag or a rank filter (see :mod:`distbridge.launch._output`); None: the
+            workers write to the parent's stdout and stderr themselves.
 
     Returns:
         The return values of ``target``, indexed by local rank.
@@ -106,24 +111,31 @@ def run_workers(
     deadline = None if job_timeout is None else time.monotonic() + job_timeout
     workers: list[Worker] = []
     results: list[Any] | None = None
+    relay = OutputRelay(output or OutputPlan())
     with SignalWatch() as signals:
         try:
             for index in range(nprocs):
                 receiver, sender = context.Pipe(duplex=False)
+                streams = relay.pipes(rank_offset + index, context.Pipe)
                 process = context.Process(
                     target=_worker_main,
-                    args=(target, index, sender, exit_seconds),
+                    args=(target, index, sender, exit_seconds, streams),
                     name=f"distbridge-worker-{rank_offset + index}",
                 )
                 workers.append(Worker(index, rank_offset + index, process, receiver))
                 try:
                     process.start()
                 finally:
-                    sender.close()  # the child has its copy; EOF must not wait for ours
+                    for end in (sender, *streams.values()):
+                        end.close()  # the child has its copy; EOF must not wait for ours
+            relay.start()
             watch = _Watch(signals, deadline, job_timeout, peer_window, on_death)
             results = _supervise(workers, watch)
         finally:
-            _shutdown(workers, grace_seconds, exit_seconds, let_finish=results is not None)
+            try:
+                _shutdown(workers, grace_seconds, exit_seconds, let_finish=results is not None)
+            finally:
+                relay.close()  # the workers' last lines come before the error or the result
         signals.raise_if_received()  # a signal that came while the workers were exiting
     return results
 
@@ -150,10 +162,16 @@ def _validate(
 
 
 def _worker_main(
-    target: Callable[[int], Any], index: int, conn: Connection, exit_seconds: float
+    target: Callable[[int], Any],
+    index: int,
+    conn: Connection,
+    exit_seconds: float,
+    streams: dict[int, Connection] | None = None,
 ) -> None:
     """Entry point of every child: set up, run ``target(index)``, send one report, and make
-    sure the process ends within ``exit_seconds`` even if an ``atexit`` handler hangs."""
+    sure the process ends within ``exit_seconds`` even if an ``atexit`` handler hangs.
+    ``streams``: pipes to the parent's output relay, by file descriptor (1, 2)."""
+    redirect_output(streams or {})
     os.setpgrp()  # own process group: the parent stops us together with what we start
     _die_with_parent()
     faulthandler.register(signal.SIGUSR1, all_threads=True)

@@ -52,7 +52,7 @@ _INIT_KWARGS = ("timeout", "init_method", "rank", "world_size", "debug")
 _SLOT_BROADCAST_BYTES = 1 << 20  # above this, gloo gathers objects by broadcasts (less memory)
 SPAWN_OPTIONS = (
     "nnodes", "node_rank", "master_addr", "master_port", "init_method", "timeout",
-    "start_method", "job_timeout", "join",
+    "start_method", "job_timeout", "join", "tag_output", "output_ranks",
 )  # fmt: skip
 
 

@@ -1,0 +1,223 @@
+"""Workers' output through the parent: whole lines, a rank tag, a rank filter.
+
+Raw, every worker writes to the parent's stdout and stderr file descriptors itself, and the
+kernel interleaves the writes: two ranks whose streams are block-buffered (a file, a pipe, a
+CI log) cut each other's lines at every buffer boundary. Relayed, each worker's stdout and
+stderr are pipes that a thread of the parent reads; it writes each complete line at once to
+the parent's ``sys.stdout`` or ``sys.stderr``, optionally after a ``[rank N]: `` tag, and
+drops the lines of ranks the filter leaves out.
+
+What `plan_output` relays by default (``tag_output=None``, no ``output_ranks``): a stream of
+the parent that is not a terminal, when more than one worker runs here; the bytes stay the
+same, only their order is line by line. A terminal stays raw: a pipe would tell the workers
+they have no terminal, which turns off their colours and freezes their progress bars.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import sys
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+__all__ = ["OutputPlan", "OutputRelay", "plan_output", "redirect_output", "split_lines"]
+
+#: A line longer than this is written in pieces of this size (each a line of its own).
+MAX_LINE_BYTES = 1 << 20
+_STREAMS = (1, 2)  # the file descriptors of stdout and stderr
+_CLOSE_SECONDS = 2.0  # how long the relay waits for EOF after the workers ended
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+    """Which streams go through the parent, and what it does with their lines."""
+
+    tag: bool = False  # start each line with "[rank N]: "
+    ranks: frozenset[int] | None = None  # the ranks whose lines are shown; None: all
+    streams: tuple[int, ...] = ()  # 1 (stdout), 2 (stderr): the relayed ones
+
+    def prefix(self, rank: int) -> bytes:
+        return f"[rank{rank}]: ".encode() if self.tag else b""
+
+
+def plan_output(
+    tag_output: object, output_ranks: object, nproc: int, world_size: int
+) -> OutputPlan | None:
+    """The plan for ``spawn``'s ``tag_output`` and ``output_ranks``; None: raw output."""
+    if tag_output is not None and not isinstance(tag_output, bool):
+        raise ValueError(
+            f"tag_output must be True, False or None (the default: whole lines where the output "
+            f"is not a terminal), got {tag_output!r}."
+        )
+    ranks = None if output_ranks is None else _ranks(output_ranks, world_size)
+    if tag_output or ranks is not None:
+        return OutputPlan(bool(tag_output), ranks, _STREAMS)
+    if tag_output is False or nproc == 1:
+        return None
+    streams = tuple(fd for fd in _STREAMS if not _is_terminal(fd))
+    return OutputPlan(streams=streams) if streams else None
+
+
+def _ranks(value: object, world_size: int) -> frozenset[int]:
+    items = list(value) if isinstance(value, Iterable) and not isinstance(value, str) else None
+    if items is None or any(isinstance(r, bool) or not isinstance(r, int) for r in items):
+        raise ValueError(
+            f"output_ranks must be a list of ranks (ints), e.g. [0], got {value!r}; pass None to "
+            "show every rank's output."
+        )
+    bad = sorted(r for r in items if not 0 <= r < world_size)
+    if bad:
+        raise ValueError(
+            f"output_ranks={value!r} names rank {bad[0]}, but the job's ranks run from 0 to "
+            f"{world_size - 1}; name ranks of the job."
+        )
+    return frozenset(items)
+
+
+def _is_terminal(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
+def split_lines(pending: bytes, data: bytes) -> tuple[list[bytes], bytes]:
+    """Complete lines (each ending with b"\\n") of ``pending + data``, and the rest."""
+    buffer = pending + data
+    end = buffer.rfind(b"\n") + 1
+    lines = buffer[:end].splitlines(keepends=True)
+    rest = buffer[end:]
+    while len(rest) >= MAX_LINE_BYTES:
+        lines.append(rest[:MAX_LINE_BYTES] + b"\n")
+        rest = rest[MAX_LINE_BYTES:]
+    return [piece for line in lines for piece in _pieces(line)], rest
+
+
+def _pieces(line: bytes) -> list[bytes]:
+    if len(line) <= MAX_LINE_BYTES + 1:
+        return [line]
+    body = line[:-1]
+    return [body[i : i + MAX_LINE_BYTES] + b"\n" for i in range(0, len(body), MAX_LINE_BYTES)]
+
+
+def redirect_output(streams: dict[int, Connection]) -> None:
+    """In a worker: point its stdout and stderr file descriptors at the relay's pipes.
+
+    ``sys.stdout`` keeps the buffering it chose at start-up (line by line on a terminal)."""
+    for fd, conn in streams.items():
+        stream = sys.stdout if fd == 1 else sys.stderr
+        if stream is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os.dup2(conn.fileno(), fd)
+        conn.close()
+
+
+class _Source:
+    """One worker stream being read: where its lines go and the unfinished one."""
+
+    def __init__(self, rank: int, fd: int, conn: Connection) -> None:
+        self.rank, self.fd, self.conn = rank, fd, conn
+        self.pending = b""
+
+
+class OutputRelay:
+    """The parent's side: pipes for each worker, and a thread that writes their lines."""
+
+    def __init__(self, plan: OutputPlan) -> None:
+        self.plan = plan
+        self._sources: list[_Source] = []
+        self._thread: threading.Thread | None = None
+        self._stop_read, self._stop_write = os.pipe()
+        self._lock = threading.Lock()
+
+    def pipes(self, rank: int, new_pipe: Any) -> dict[int, Connection]:
+        """The write ends to give worker ``rank`` (see `redirect_output`), by descriptor;
+        ``new_pipe`` is the start method's ``Pipe``. Close them in the parent once it
+        started."""
+        ends = {}
+        for fd in self.plan.streams:
+            receiver, sender = new_pipe(duplex=False)
+            self._sources.append(_Source(rank, fd, receiver))
+            ends[fd] = sender
+        return ends
+
+    def start(self) -> None:
+        """Start reading (after the workers started: no thread may run while they fork)."""
+        if self._sources and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="distbridge-output")
+            self._thread.daemon = True
+            self._thread.start()
+
+    def close(self) -> None:
+        """After the workers ended: read what is left (for at most a few seconds, in case
+        a process they left behind holds a pipe), write the unfinished lines, close."""
+        if self._thread is not None:
+            self._thread.join(_CLOSE_SECONDS)
+            os.write(self._stop_write, b"\0")
+            self._thread.join()
+        else:
+            self._drain_without_thread()
+        for source in self._sources:
+            if source.pending:
+                self._write(source, [source.pending + b"\n"])
+                source.pending = b""
+            source.conn.close()
+        os.close(self._stop_read)
+        os.close(self._stop_write)
+
+    def _drain_without_thread(self) -> None:
+        for source in self._sources:
+            with contextlib.suppress(OSError):
+                os.set_blocking(source.conn.fileno(), False)
+                while data := os.read(source.conn.fileno(), 1 << 16):
+                    self._receive(source, data)
+
+    def _run(self) -> None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._stop_read, selectors.EVENT_READ)
+            for source in self._sources:
+                selector.register(source.conn.fileno(), selectors.EVENT_READ, source)
+            open_sources = len(self._sources)
+            while open_sources:
+                for key, _ in selector.select():
+                    if key.data is None:  # close() gave up waiting
+                        return
+                    source = key.data
+                    try:
+                        data = os.read(source.conn.fileno(), 1 << 16)
+                    except OSError:
+                        data = b""
+                    if data:
+                        self._receive(source, data)
+                    else:
+                        selector.unregister(source.conn.fileno())
+                        open_sources -= 1
+
+    def _receive(self, source: _Source, data: bytes) -> None:
+        lines, source.pending = split_lines(source.pending, data)
+        if lines:
+            self._write(source, lines)
+
+    def _write(self, source: _Source, lines: list[bytes]) -> None:
+        if self.plan.ranks is not None and source.rank not in self.plan.ranks:
+            return
+        prefix = self.plan.prefix(source.rank)
+        data = b"".join(prefix + line for line in lines)
+        stream = sys.stdout if source.fd == 1 else sys.stderr
+        if stream is None:
+            return
+        with self._lock, contextlib.suppress(OSError, ValueError):
+            binary = getattr(stream, "buffer", None)
+            stream.flush()  # the parent's own text first
+            if binary is not None:
+                binary.write(data)
+                binary.flush()
+            else:
+                stream.write(data.decode(errors="replace"))
+                stream.flush()
