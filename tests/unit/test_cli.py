@@ -3,6 +3,7 @@ subprocesses, the report builders in-process with environment dicts."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -16,6 +17,7 @@ import distbridge as idist
 from distbridge.__main__ import main
 from distbridge.cli import check, info
 from distbridge.cli._format import format_bytes, format_info, parse_size, parse_sizes
+from distbridge.models import _horovod_env
 from distbridge.models.native import NativeModel
 
 # Variables of any launcher: removed so that the commands see no launcher unless a test sets one.
@@ -61,7 +63,7 @@ def test_info_json_matches_this_process() -> None:
     report = json.loads(proc.stdout)
     assert set(report) == {
         "schema", "hostname", "launcher", "launcher_warnings", "launcher_error", "initialize",
-        "backends", "versions", "devices",
+        "backends", "versions", "devices", "system", "environment",
     }  # fmt: skip
     assert report["schema"] == info.SCHEMA_VERSION
     versions = report["versions"]
@@ -100,6 +102,52 @@ def test_info_json_shows_a_torchrun_environment() -> None:
     assert plan["rendezvous"] == "env"
     assert plan["rank0_hosts_store"] is True
     assert (plan["master_addr"], plan["master_port"]) == ("10.1.2.3", 29512)
+
+
+def test_info_reports_what_a_bug_report_needs() -> None:
+    env = {**_TORCHRUN_ENV, "SLURM_JOB_ID": "7", "OMPI_COMM_WORLD_RANK": "1",
+           "HOROVOD_RANK": "1", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_ALGO": "Ring",
+           "HOME": "/home/me", "API_TOKEN": "secret"}  # fmt: skip
+    report = info.collect(env)
+    system = report["system"]
+    assert system["os"] == platform.platform()
+    assert system["cpu_count"] == os.cpu_count()
+    assert system["usable_cpus"] == len(os.sched_getaffinity(0))
+    assert system["memory_bytes"] > system["memory_available_bytes"] > 0
+    tuning = report["environment"]["tuning"]
+    assert list(tuning)[:4] == [
+        "DISTBRIDGE_DEBUG", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "OMP_NUM_THREADS",
+    ]  # fmt: skip
+    assert tuning["NCCL_SOCKET_IFNAME"] == "eth0" and tuning["NCCL_ALGO"] == "Ring"
+    assert tuning["OMP_NUM_THREADS"] is None and tuning["DISTBRIDGE_DEBUG"] is None
+    assert report["environment"]["launcher"] == {
+        "HOROVOD_RANK": "1", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29512", "OMPI_COMM_WORLD_RANK": "1",
+        "RANK": "1", "SLURM_JOB_ID": "7", "WORLD_SIZE": "4",
+    }  # fmt: skip
+    text = format_info(report)
+    for heading in ("System", "Tuning variables (-: not set)", "Launcher variables"):
+        assert f"\n{heading}\n" in text
+    assert f"  cpus           {os.cpu_count()} (" in text
+    assert " GiB available)" in text
+    assert "  NCCL_SOCKET_IFNAME       eth0\n" in text
+    assert "  GLOO_SOCKET_IFNAME       -\n" in text
+    assert "\n  SLURM_JOB_ID=7\n" in text and "\n  MASTER_ADDR=10.1.2.3\n" in text
+    assert "secret" not in text and "/home/me" not in text
+    assert "none set (RANK, WORLD_SIZE" in format_info(info.collect({}))
+
+
+def test_the_horovod_hint_says_how_to_build_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "horovod" else find_spec(name, *a),
+    )
+    reason = _horovod_env.unavailable.__wrapped__()
+    assert reason.startswith("horovod is not installed: build Horovod 0.28.1 from source")
+    assert "`bash ci/build_horovod.sh`" in reason and "nox -s horovod" in reason
+    assert "distbridge[" not in reason  # distbridge is not on a package index
 
 
 def test_info_text_shows_the_launcher_values() -> None:

@@ -117,7 +117,38 @@ def format_info(report: Mapping[str, Any]) -> str:
             f"  cuda:{gpu['index']:<9} {gpu['name']}, {gib:.1f} GiB, "
             f"compute capability {gpu['capability']}"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + _system_lines(report["system"], report["environment"]))
+
+
+def _gib(size: int | None) -> str:
+    return "unknown" if size is None else f"{size / (1 << 30):.1f} GiB"
+
+
+def _system_lines(system: Mapping[str, Any], environment: Mapping[str, Any]) -> list[str]:
+    usable = system["usable_cpus"]
+    cpus = f"{_or_dash(system['cpu_count'])}" + (
+        "" if usable is None else f" ({usable} usable by this process)"
+    )
+    memory = _gib(system["memory_bytes"])
+    if system["memory_available_bytes"] is not None:
+        memory += f" ({_gib(system['memory_available_bytes'])} available)"
+    lines = [
+        "",
+        "System",
+        f"  os             {system['os']}",
+        f"  cpus           {cpus}",
+        f"  memory         {memory}",
+        "",
+        "Tuning variables (-: not set)",
+    ]
+    tuning, launcher = environment["tuning"], environment["launcher"]
+    width = max(map(len, tuning)) + 2
+    lines += [f"  {name:<{width}}{_or_dash(value)}" for name, value in tuning.items()]
+    lines += ["", "Launcher variables"]
+    if not launcher:
+        lines.append("  none set (RANK, WORLD_SIZE, MASTER_ADDR, SLURM_*, OMPI_*, HOROVOD_*, ...)")
+    lines += [f"  {name}={value}" for name, value in launcher.items()]
+    return lines
 
 
 def format_check(report: Mapping[str, Any]) -> str:

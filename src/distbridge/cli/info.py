@@ -33,6 +33,23 @@ SCHEMA_VERSION = 1
 # ``initialize`` then connects to that store instead of hosting one on rank 0.
 _AGENT_STORE_VAR = "TORCHELASTIC_USE_AGENT_STORE"
 _TORCHELASTIC = "torchelastic"  # torchrun and spawn: env:// or the launcher's own store
+#: What docs/troubleshooting.md has users set; shown set or not. Other variables that tune
+#: the backends (the prefixes) are shown when set.
+TUNING_VARIABLES = (
+    "DISTBRIDGE_DEBUG", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "OMP_NUM_THREADS",
+    "NCCL_DEBUG", "NCCL_IB_DISABLE", "TORCH_DISTRIBUTED_DEBUG",
+)  # fmt: skip
+_TUNING_PREFIXES = ("DISTBRIDGE_", "NCCL_", "GLOO_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "TP_")
+#: The variables of the launchers that environments/ reads (and their families), shown when set.
+_LAUNCHER_NAMES = (
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "MPI_LOCALRANKID",
+    "MPI_LOCALNRANKS",
+)  # fmt: skip
+_LAUNCHER_PREFIXES = (
+    "TORCHELASTIC_", "SLURM_", "OMPI_", "PMI_", "PMIX_", "MV2_", "HOROVOD_", "LSB_", "JSM_",
+    "PJRT_", "XRT_", "TPU_",
+)  # fmt: skip
 _LAUNCH_FIELDS = (
     "rank", "world_size", "local_rank", "local_world_size", "node_rank", "nnodes",
     "master_addr", "master_port",
@@ -70,7 +87,62 @@ def collect(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "backends": _backends(),
         "versions": _versions(),
         "devices": _devices(env),
+        "system": _system(),
+        "environment": _environment(env),
     }
+
+
+def _system() -> dict[str, Any]:
+    """The OS, CPU count and memory of this machine, for bug reports."""
+    try:
+        usable: int | None = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        usable = None
+    total, available = _memory()
+    return {
+        "os": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "usable_cpus": usable,
+        "memory_bytes": total,
+        "memory_available_bytes": available,
+    }
+
+
+def _memory() -> tuple[int | None, int | None]:
+    """Total and available memory in bytes, from /proc/meminfo (None where unknown)."""
+    fields: dict[str, int] = {}
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                name, _, rest = line.partition(":")
+                if rest.strip().endswith(" kB"):
+                    fields[name] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError):
+        pass
+    total = fields.get("MemTotal")
+    if total is None:
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, OSError, ValueError):
+            total = None
+    return total, fields.get("MemAvailable")
+
+
+def _environment(env: Mapping[str, str]) -> dict[str, dict[str, str | None]]:
+    """The tuning variables (each of `TUNING_VARIABLES`, None when unset, and any other of
+    their families that is set) and the launchers' variables that are set."""
+    tuning: dict[str, str | None] = {name: env.get(name) for name in TUNING_VARIABLES}
+    tuning.update(
+        (name, env[name])
+        for name in sorted(env)
+        if name.startswith(_TUNING_PREFIXES) and name not in tuning
+    )
+    launcher: dict[str, str | None] = {
+        name: env[name]
+        for name in sorted(env)
+        if name in _LAUNCHER_NAMES or name.startswith(_LAUNCHER_PREFIXES)
+    }
+    return {"tuning": tuning, "launcher": launcher}
 
 
 def _detect(env: Mapping[str, str]) -> tuple[dict[str, Any] | None, list[str], str | None]:

@@ -45,22 +45,26 @@ def unavailable() -> str | None:
     spec = importlib.util.find_spec("horovod")
     if spec is None:
         return (
-            "horovod is not installed (pip install 'distbridge[horovod]' with "
-            "HOROVOD_WITH_PYTORCH=1, or run `nox -s horovod`)"
+            "horovod is not installed: build Horovod 0.28.1 from source against this torch "
+            "with `bash ci/build_horovod.sh` in a distbridge checkout (or `nox -s horovod`, "
+            "which also runs its tests); a plain `pip install horovod` fails to build with "
+            "torch >= 2.1 (C++17), see docs/backends/horovod.md"
         )
     folders = [Path(p) / "torch" for p in spec.submodule_search_locations or ()]
     if not any(any(f.glob("mpi_lib_v2*")) for f in folders):
         return (
             "horovod is installed without its PyTorch extension (horovod/torch/mpi_lib_v2 is "
-            "missing); reinstall it with HOROVOD_WITH_PYTORCH=1 and torch installed"
+            "missing); rebuild it with torch installed and HOROVOD_WITH_PYTORCH=1: "
+            "`DISTBRIDGE_HOROVOD_REBUILD=1 bash ci/build_horovod.sh` in a distbridge checkout "
+            "does it (see docs/backends/horovod.md)"
         )
     try:
         hvd_module()
     except Exception as err:  # a broken build must not break distbridge
         return (
             f"horovod.torch does not load ({type(err).__name__}: {err}); rebuild Horovod "
-            f"against this torch {torch.__version__} (HOROVOD_WITH_PYTORCH=1 pip install "
-            "--no-cache-dir --no-build-isolation horovod)"
+            f"against this torch {torch.__version__}: `DISTBRIDGE_HOROVOD_REBUILD=1 bash "
+            "ci/build_horovod.sh` in a distbridge checkout (see docs/backends/horovod.md)"
         )
     return None
 
