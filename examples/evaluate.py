@@ -92,7 +92,9 @@ def evaluate(local_rank: int, batch_size: int, checkpoint: str | None) -> dict[s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument(
         "--launcher",
         choices=["spawn", "torchrun", "serial"],

@@ -51,7 +51,9 @@ def train(local_rank: int, steps: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--backend", default="gloo")
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--steps", type=int, default=30)

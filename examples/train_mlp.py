@@ -152,7 +152,9 @@ def training(local_rank: int, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument(
         "--launcher",
         choices=["spawn", "torchrun", "horovodrun", "serial"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import re
@@ -93,3 +94,14 @@ def test_evaluate_spawn() -> None:
 def test_evaluate_under_torchrun() -> None:
     out = run(*TORCHRUN, EXAMPLES / "evaluate.py", "--launcher", "torchrun")
     assert "1001 predictions gathered from 2 rank(s) equal the single-process evaluation" in out
+
+
+@pytest.mark.parametrize("script", ["quickstart.py", "train_mlp.py", "evaluate.py"])
+def test_help_shows_the_whole_description(script: str) -> None:
+    path = EXAMPLES / script
+    docstring = ast.get_docstring(ast.parse(path.read_text()), clean=False)
+    assert docstring is not None
+    out = run(sys.executable, path, "--help", timeout=60)
+    first_paragraph = docstring.split("\n\n")[0]
+    assert first_paragraph in out  # as written, not cut after its first line
+    assert docstring.rstrip().splitlines()[-1] in out

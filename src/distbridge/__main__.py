@@ -42,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=300.0, help="seconds before giving up (default: 300)"
     )
     check.add_argument("--json", action="store_true", help="one JSON object (see docs/cli.md)")
+    check.set_defaults(usage_error=check.error)  # a bad value shows check's usage, not the top's
     return parser
 
 
@@ -57,16 +58,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     from distbridge.cli._format import parse_sizes
     from distbridge.cli.info import default_backend
 
+    usage_error = args.usage_error
     if args.nproc is not None and args.nproc < 1:
-        parser.error(f"--nproc must be at least 1, got {args.nproc!r}")
+        usage_error(f"--nproc must be at least 1, got {args.nproc!r}")
     if args.iters < 1:
-        parser.error(f"--iters must be at least 1, got {args.iters!r}")
+        usage_error(f"--iters must be at least 1, got {args.iters!r}")
     if args.timeout <= 0:
-        parser.error(f"--timeout must be a positive number of seconds, got {args.timeout!r}")
+        usage_error(f"--timeout must be a positive number of seconds, got {args.timeout!r}")
     try:
         sizes = parse_sizes(args.sizes)
     except ValueError as err:
-        parser.error(str(err))
+        usage_error(str(err))
     backend = args.backend or default_backend()
     options = check.CheckOptions(backend, sizes, args.iters, args.nproc, args.timeout)
     return check.main(options, args.json)

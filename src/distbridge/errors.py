@@ -196,6 +196,11 @@ def _rebuild_collective_mismatch(
 
 
 def suggest(value: str, choices: Iterable[str]) -> str:
-    """Return `` Did you mean 'x'?`` for the closest choice, or "" when none is close."""
-    close = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.6)
-    return f" Did you mean {close[0]!r}?" if close else ""
+    """Return `` Did you mean 'x'?`` for the closest choice, or "" when none is close.
+
+    Case does not count: ``'NCCL'`` gets ``'nccl'``."""
+    by_folded: dict[str, str] = {}
+    for choice in choices:
+        by_folded.setdefault(choice.casefold(), choice)
+    close = difflib.get_close_matches(value.casefold(), list(by_folded), n=1, cutoff=0.6)
+    return f" Did you mean {by_folded[close[0]]!r}?" if close else ""

@@ -416,10 +416,10 @@ def test_parallel_spawn_rejects_unknown_kwargs_before_starting() -> None:
         ({"nproc_per_node": 2}, r"Parallel\(backend=None\) runs serially"),
         ({"init_method": "tcp://h:1"}, r"Parallel\(backend=None\) runs serially"),
         ({"master_port": 1234}, r"runs serially; .*master_port.* need a backend such as 'gloo'"),
-        ({"backend": "gloo", "nnodes": 2}, r"^nnodes only apply when Parallel spawns"),
+        ({"backend": "gloo", "nnodes": 2}, r"^nnodes applies only when Parallel spawns"),
         (
             {"backend": "gloo", "node_rank": 1, "master_addr": "h"},
-            r"^master_addr, node_rank only apply when Parallel spawns the workers: pass "
+            r"^master_addr, node_rank apply only when Parallel spawns the workers: pass "
             r"nproc_per_node too",
         ),
     ],

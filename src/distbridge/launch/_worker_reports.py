@@ -13,7 +13,7 @@ from typing import Any
 from distbridge.errors import WorkerFailedError
 from distbridge.launch._main_module import REIMPORT_EXIT_CODE, REIMPORT_PROBLEM
 
-__all__ = ["SHORT_REPR", "Report", "Worker", "death", "failure"]
+__all__ = ["SHORT_REPR", "Report", "Worker", "death", "failure", "sentence"]
 
 SHORT_REPR = reprlib.Repr()  # repr() shortened for messages
 SHORT_REPR.maxother = SHORT_REPR.maxstring = 160
@@ -56,7 +56,7 @@ def failure(failed: list[Worker], workers: list[Worker]) -> WorkerFailedError:
         _, worker_traceback, type_name, message = first.report
         raised = f"{type_name}: {message}" if message else type_name
         return WorkerFailedError(
-            f"{first.describe()} raised {raised}. {stopped}{others}\n\n"
+            f"{sentence(f'{first.describe()} raised {raised}')} {stopped}{others}\n\n"
             f"Traceback of rank {first.rank}:\n{worker_traceback}",
             rank=first.rank,
             local_rank=first.index,
@@ -77,6 +77,12 @@ def failure(failed: list[Worker], workers: list[Worker]) -> WorkerFailedError:
         exitcode=exitcode,
         peer_reports=reports,
     )
+
+
+def sentence(text: str) -> str:
+    """``text`` ended with a full stop, unless it already ends with one (or "!", "?"): a
+    message that ends with ``[1.0, 2.0].`` must not read ``[1.0, 2.0]..``."""
+    return text if text.rstrip().endswith((".", "!", "?")) else f"{text}."
 
 
 def _is_peer_failed(worker: Worker) -> bool:

@@ -65,7 +65,8 @@ class Parallel:
             )
         if nproc_per_node is None and given:
             raise ValueError(
-                f"{', '.join(given)} only apply when Parallel spawns the workers: pass "
+                f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} only when "
+                "Parallel spawns the workers: pass "
                 "nproc_per_node too, or set them in the launcher instead."
             )
         if nproc_per_node is not None:

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from distbridge.errors import WorkerFailedError
+from distbridge.launch._worker_reports import sentence
 from distbridge.launch.pickling import check_picklable
 from distbridge.launch.supervisor import START_METHODS, _die_with_parent, run_workers
 
@@ -210,8 +211,8 @@ def _replica_failure(folder: str, nproc: int) -> WorkerFailedError | None:
     )
     raised = f"{type_name}: {message}" if message else type_name
     return WorkerFailedError(
-        f"Worker rank {rank} (local rank {local}) raised {raised}. The other workers were "
-        f"stopped.\n\nTraceback of rank {rank}:\n{worker_traceback}",
+        f"{sentence(f'Worker rank {rank} (local rank {local}) raised {raised}')} The other "
+        f"workers were stopped.\n\nTraceback of rank {rank}:\n{worker_traceback}",
         rank=rank,
         local_rank=local,
         exitcode=None,

@@ -70,7 +70,8 @@ def _encode(value: Any) -> tuple[int, int, int, bytes]:
         return kind, len(payload), 0, payload
     raise TypeError(
         f"broadcast takes a tensor, a number, a str or a Path, got {type(value).__name__}: "
-        f"{value!r}."
+        f"{value!r}. Send other picklable objects (dicts, lists, ...) with "
+        "broadcast_object(obj, src=...)."
     )
 
 
