@@ -39,8 +39,13 @@ def install(model: ComputationModel) -> None:
 
 
 def resync() -> ComputationModel:
-    """Find the live context again: adopt it, or fall back to the serial model."""
+    """Find the live context again: adopt it, or fall back to the serial model. The active
+    model stays when the live context is still its own (``sync()`` after ``initialize()``
+    keeps what ``initialize`` set up: the failure watcher, the debug mode, the variables
+    that ``finalize`` restores)."""
     adopted = registry.detect()
+    if adopted is not None and type(adopted) is type(_active) and _active.is_current():
+        adopted = _active
     model: ComputationModel = adopted if adopted is not None else _serial()
     if adopted is not None and _local_rank_hint is not None:
         adopted.set_local_rank(_local_rank_hint)

@@ -3,7 +3,8 @@
 Run by tests/distributed/test_fail_together.py in three ways: as a script under a plain
 launcher environment (``python fail_together_targets.py <folder> <mode>`` with RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT), as a script under torchrun, and as ``spawn``'s
-function (`spawned`). Modes:
+function (`spawned`); by test_horovod_fail_together.py under horovodrun (a third argument,
+``horovod``, is the backend to initialize) and Horovod's ``spawn``. Modes:
 
 - ``linger``: rank 1 starts a non-daemon thread that sleeps `LINGER_SECONDS`, then raises;
 - ``stuck``: the same, but the thread sleeps (a C call) far longer than the test runs;
@@ -49,6 +50,32 @@ def read_outcomes(folder: str | Path) -> dict[int, dict[str, Any]]:
         int(p.stem.removeprefix("rank")): json.loads(p.read_text())
         for p in Path(folder).glob("rank*.json")
     }
+
+
+def check_peers(
+    folder: str | Path,
+    summary: str,
+    op: str,
+    bound: float,
+    finalize_bound: float,
+    ranks: tuple[int, ...] = (0, 2),
+) -> dict[int, float]:
+    """Assert that ``ranks`` (of 0 and 2) raised `PeerFailed` naming rank 1 with ``summary``
+    within ``bound`` seconds of its failure (rank 2: of entering its collective) and
+    finalized within ``finalize_bound``; returns rank -> seconds after the failure."""
+    outcomes = read_outcomes(folder)
+    assert sorted(outcomes) == list(ranks), outcomes
+    seconds = {}
+    for rank, outcome in outcomes.items():
+        assert outcome["type"] == "PeerFailed", outcome
+        assert (outcome["rank"], outcome["summary"]) == (FAILED_RANK, summary), outcome
+        assert outcome["message"].startswith(
+            f"Rank 1 failed: {summary.rstrip('.')}. Rank {rank} stopped in {op} because of it"
+        ), outcome
+        assert outcome["after_failure"] < bound + (LATE_SECONDS if rank == 2 else 0), outcome
+        assert outcome["finalize_seconds"] < finalize_bound, outcome
+        seconds[rank] = round(outcome["after_failure"], 2)
+    return seconds
 
 
 def _fail(folder: str, mode: str) -> None:
@@ -105,5 +132,5 @@ def spawned(local_rank: int, folder: str, mode: str) -> None:
 
 if __name__ == "__main__":  # a plain launcher environment, or torchrun
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # torchrun's SIGTERM must not cut the record
-    idist.initialize("gloo")
+    idist.initialize(sys.argv[3] if len(sys.argv) > 3 else "gloo")
     scenario(sys.argv[1], sys.argv[2])

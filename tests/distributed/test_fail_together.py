@@ -46,21 +46,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _check_peers(folder: Path, summary: str, op: str) -> dict[int, float]:
-    """Ranks 0 and 2 raised PeerFailed naming rank 1 within BOUND and finalized promptly;
-    returns rank -> seconds after the failure."""
-    outcomes = targets.read_outcomes(folder)
-    assert sorted(outcomes) == [0, 2], outcomes
-    seconds = {}
-    for rank, outcome in outcomes.items():
-        assert outcome["type"] == "PeerFailed", outcome
-        assert (outcome["rank"], outcome["summary"]) == (1, summary), outcome
-        assert outcome["message"].startswith(
-            f"Rank 1 failed: {summary.rstrip('.')}. Rank {rank} stopped in {op} because of it"
-        ), outcome
-        assert outcome["after_failure"] < BOUND + (targets.LATE_SECONDS if rank == 2 else 0)
-        assert outcome["finalize_seconds"] < FINALIZE_BOUND, outcome
-        seconds[rank] = round(outcome["after_failure"], 2)
-    return seconds
+    return targets.check_peers(folder, summary, op, BOUND, FINALIZE_BOUND)
 
 
 def _record(name: str, seconds: dict[int, float], left: list[int]) -> None:

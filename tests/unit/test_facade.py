@@ -349,6 +349,22 @@ def test_local_rank_hint_reaches_an_adopted_model(
     assert adopted.calls == [("set_local_rank", (1,), {})]
 
 
+def test_sync_keeps_the_initialized_model_while_its_context_lives(
+    registered: type[RecordingModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # initialize() sets things up on its model (failure watcher, debug mode, variables to
+    # restore): a sync() that swapped in a freshly adopted instance would lose them.
+    idist.initialize("recbk")
+    initialized = _state.current()
+    monkeypatch.setattr(RecordingModel, "context", True)  # the registry sees it live too
+    idist.sync()
+    assert _state.current() is initialized
+    initialized.live = False  # its context ended: the live one is adopted afresh
+    idist.sync()
+    adopted = _state.current()
+    assert isinstance(adopted, RecordingModel) and adopted is not initialized
+
+
 def test_sync_adopts_a_context_registered_later(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(RecordingModel, "context", True)
     assert idist.model_name() == "serial"

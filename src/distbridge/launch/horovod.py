@@ -32,6 +32,13 @@ __all__ = ["spawn_horovod"]
 
 _MARK = "[distbridge-worker-error]"
 _FIRST = re.compile(r"Process name: (\S+)\s+Exit code: (-?\d+)")
+_PEER_ERRORS = ("HorovodInternalError", "PeerFailed")  # raised because another rank failed
+
+
+def _one_line(record: Mapping[str, Any]) -> str:
+    """``"Type: first line of the message"`` of a worker's error record."""
+    lines = str(record["message"]).strip().splitlines()
+    return f"{record['type']}: {lines[0]}" if lines else str(record["type"])
 
 
 @dataclass(frozen=True)
@@ -188,17 +195,21 @@ def _failure(
                     records.append(json.loads(line.split(_MARK, 1)[1]))
     stopped = "The other workers were stopped."
     if records:
-        # A rank that raised first, and not because a peer left the job, is the cause.
-        first = min(records, key=lambda r: (r["type"] == "HorovodInternalError", r["time"]))
+        # A rank that raised first, and not because a peer failed or left, is the cause.
+        first = min(records, key=lambda r: (r["type"] in _PEER_ERRORS, r["time"]))
         rank = int(first["rank"])
         raised = f"{first['type']}: {first['message']}" if first["message"] else first["type"]
+        reports = {int(r["rank"]): _one_line(r) for r in records if r is not first}
+        others = "".join(f"\n  rank {r}: {line}" for r, line in sorted(reports.items()))
+        others = f"\n\nWhat the other workers reported:{others}" if others else ""
         return WorkerFailedError(
-            f"Worker rank {rank} (local rank {rank % nproc}) raised {raised}. {stopped}\n\n"
-            f"Traceback of rank {rank}:\n{first['traceback']}",
+            f"Worker rank {rank} (local rank {rank % nproc}) raised {raised}. {stopped}{others}"
+            f"\n\nTraceback of rank {rank}:\n{first['traceback']}",
             rank=rank,
             local_rank=rank % nproc,
             exitcode=None,
             worker_traceback=first["traceback"],
+            peer_reports=reports,
         )
     if job_timeout is not None and elapsed >= job_timeout:
         return SpawnTimeoutError(
@@ -216,10 +227,22 @@ def _failure(
             exitcode=0,
         )
     rank, code = int(found.group(1)) if found.group(1).isdigit() else -1, int(found.group(2))
-    what = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
     return WorkerFailedError(
-        f"Worker rank {rank} (local rank {rank % nproc}) {what}. {stopped}",
+        f"Worker rank {rank} (local rank {rank % nproc}) {_ending(code)}. {stopped}",
         rank=rank,
         local_rank=rank % nproc,
         exitcode=code,
     )
+
+
+def _ending(code: int) -> str:
+    """How a worker ended, from horovod.run's exit code: a negative one, or one past 128
+    from the shell horovod.run starts each worker in, is a signal."""
+    number = -code if code < 0 else code - 128 if 128 < code < 128 + 65 else 0
+    if number:
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"number {number}"
+        return f"was killed by signal {name} (exit code {code})"
+    return f"exited with code {code}"

@@ -1,9 +1,9 @@
 """Fail together: when a rank fails, its peers raise `PeerFailed` instead of hanging.
 
 A rank that fails leaves a note, ``"<rank>\\n<one-line summary>"``, under one key of the
-store every rank of the job shares (the root of the default process group's store: the
-``spawn`` parent's or torchrun's agent store, or rank 0's); the first note wins. The notes
-are written
+store every rank of the job shares (native: the root of the default process group's store,
+the ``spawn`` parent's or torchrun's agent store, or rank 0's; Horovod: the coordination
+store rank 0 hosts from ``initialize`` on); the first note wins. The notes are written
 
 - by ``spawn``'s worker when the user's function raises (and by ``finalize`` when it runs
   while an exception propagates, as in ``with Parallel(...)``);
@@ -11,14 +11,16 @@ are written
 - by ``spawn``'s parent for a worker that died without a word (SIGKILL, ``os._exit``).
 
 Right after its note, a failing rank aborts its communicator (gloo: cuts its connections,
-see `Connections`), so its peers' collectives fail at once even while its process lingers
-(a non-daemon thread, a hung ``atexit``). A rank that leaves the job normally
-(``finalize``) marks itself as gone instead. When a collective of the native model then
-fails on another rank (gloo: "Connection closed by peer"), `translate_peer_failure` reads
-the note and raises `PeerFailed` naming the failed rank, or names the rank that left while
+see `Connections`; NCCL: aborts its process groups; Horovod: shuts its engine down, which
+stops the engine of every rank), so its peers' collectives fail at once even while its
+process lingers (a non-daemon thread, a hung ``atexit``). A rank that leaves the job
+normally (``finalize``) marks itself as gone instead. When a primitive then fails on another
+rank (gloo: "Connection closed by peer"; Horovod: "Horovod has been shut down"),
+`translate_peer_failure` reads the note (the copy the rank's failure watcher keeps, else the
+store) and raises `PeerFailed` naming the failed rank, or names the rank that left while
 this one still waited for it, and aborts that rank's communicator in turn, so the ranks that
-wait for it fail too. Nothing here runs while nothing fails: no thread, no polling; the
-store is read only after a collective raised.
+wait for it fail too. While nothing fails, the collectives pay one ``try``; the watcher
+(`failure_watch`) sends nothing.
 """
 
 from __future__ import annotations
@@ -60,7 +62,13 @@ NOTE_WAIT_SECONDS = 2.0
 _POLL_SECONDS = 0.02
 _SUMMARY_CHARS = 300
 # Backend errors that say a peer's connection went away: only then is a note worth waiting for.
-_CONNECTION_LOST = ("closed by peer", "reset by peer", "broken pipe", "connection refused")
+_CONNECTION_LOST = (
+    "closed by peer",
+    "reset by peer",
+    "broken pipe",
+    "connection refused",
+    "horovod has been shut down",  # Horovod's engine stops on every rank when one shuts down
+)
 _LEFT_KEY = "distbridge/left/{rank}"
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
@@ -69,7 +77,7 @@ Teardown = Callable[[], object]
 
 @runtime_checkable
 class Abortable(Protocol):
-    """A model whose communicator can be cut off its peers (the native model)."""
+    """A model that takes part in failing together (the native and Horovod models)."""
 
     def abort_communicator(self) -> None:
         """End this rank's part of the communicator, so that the peers' collectives fail."""
@@ -77,8 +85,14 @@ class Abortable(Protocol):
     def known_failure(self) -> tuple[int, str] | None:
         """The failure note this rank's watcher has already read, if any."""
 
+    def failure_store(self) -> Any | None:
+        """The store that holds the job's failure note (any view of it), if there is one."""
+
     def get_rank(self) -> int:
         """This rank."""
+
+    def get_world_size(self) -> int:
+        """The number of ranks in the job."""
 
 
 def _attempt() -> str:
@@ -165,13 +179,26 @@ def read_failure(store: Any, wait: float = 0.0) -> tuple[int, str] | None:
         return None
 
 
-def leave(rank: int, world_size: int = 0, teardown: Teardown | None = None) -> None:
+def _default_store() -> Any | None:
+    """The default process group's store, or None without one."""
+    try:
+        return c10d._get_default_store()
+    except Exception:  # no default process group
+        return None
+
+
+def leave(
+    rank: int,
+    world_size: int = 0,
+    teardown: Teardown | None = None,
+    store: Any | None = None,
+) -> None:
     """Tell the peers this rank leaves the job (``finalize``): as a failure when an
     exception is propagating (other than a clean ``SystemExit``), then ``teardown()`` (abort
-    the communicator); else as a normal exit."""
-    try:
-        store = c10d._get_default_store()
-    except Exception:  # no default process group
+    the communicator); else as a normal exit. ``store`` defaults to the default process
+    group's; without a store nothing is said."""
+    store = _default_store() if store is None else store
+    if store is None:
         return
     exc = sys.exc_info()[1]
     if exc is not None and not (isinstance(exc, SystemExit) and exc.code in (None, 0)):
@@ -193,6 +220,31 @@ def _who_left(store: Any, me: int, world_size: int) -> int | None:
     return None
 
 
+def _await_note(store: Any, owner: object, wait: float) -> tuple[int, str] | None:
+    """The failure note, from this rank's watcher or the store, waiting up to ``wait`` s."""
+    deadline = time.monotonic() + wait
+    while True:
+        known = owner.known_failure() if isinstance(owner, Abortable) else None
+        note = known if known is not None else read_failure(store)
+        if note is not None or time.monotonic() >= deadline:
+            return note
+        time.sleep(_POLL_SECONDS)
+
+
+def _job_of(owner: object) -> tuple[Any, int, int] | None:
+    """``(store, rank, world_size)`` of the job ``owner`` runs in, or None without a store."""
+    try:
+        if isinstance(owner, Abortable):
+            store = owner.failure_store()
+            me, world_size = owner.get_rank(), owner.get_world_size()
+        else:
+            store = c10d._get_default_store()
+            me, world_size = c10d.get_rank(), c10d.get_world_size()
+    except Exception:
+        return None
+    return None if store is None else (store, me, world_size)
+
+
 def _peer_failure(op: str, err: RuntimeError, owner: Any) -> PeerFailed | None:
     """The `PeerFailed` that explains ``err`` raised by ``op``, or None if nothing does."""
     known = owner.known_failure() if isinstance(owner, Abortable) else None
@@ -200,11 +252,10 @@ def _peer_failure(op: str, err: RuntimeError, owner: Any) -> PeerFailed | None:
         rank, summary = known
         detail = f"Rank {owner.get_rank()} stopped in {op} because of it"
         return PeerFailed(rank, summary, f"{detail}; rank {rank}'s own error says why.")
-    try:
-        store = c10d._get_default_store()
-        me, world_size = c10d.get_rank(), c10d.get_world_size()
-    except Exception:
+    job = _job_of(owner)
+    if job is None:
         return None
+    store, me, world_size = job
     where = f"Rank {me} stopped in {op} because of it"
     note = read_failure(store)
     if note is None:
@@ -220,7 +271,7 @@ def _peer_failure(op: str, err: RuntimeError, owner: Any) -> PeerFailed | None:
                 f"collective that rank {gone} skips.",
             )
         if any(marker in str(err).lower() for marker in _CONNECTION_LOST):
-            note = read_failure(store, NOTE_WAIT_SECONDS)
+            note = _await_note(store, owner, NOTE_WAIT_SECONDS)
     if note is None:
         return None
     rank, summary = note
@@ -259,18 +310,25 @@ class _FailureHook:
     traceback is shown), then tear the communicator down."""
 
     def __init__(
-        self, rank: int, world_size: int, previous: _Hook, teardown: Teardown | None
+        self,
+        rank: int,
+        world_size: int,
+        previous: _Hook,
+        teardown: Teardown | None,
+        store_of: Callable[[], Any],
     ) -> None:
         self.rank, self.world_size, self.previous, self.teardown = (
             rank, world_size, previous, teardown
         )  # fmt: skip
+        self.store_of = store_of
 
     def __call__(
         self, kind: type[BaseException], exc: BaseException, tb: TracebackType | None
     ) -> Any:
         with contextlib.suppress(Exception):  # no process group any more: nobody to tell
-            store = c10d._get_default_store()
-            record_failure(store, self.rank, summarize(exc), self.world_size)
+            store = self.store_of()
+            if store is not None:
+                record_failure(store, self.rank, summarize(exc), self.world_size)
         try:
             return self.previous(kind, exc, tb)
         finally:
@@ -279,12 +337,18 @@ class _FailureHook:
                     self.teardown()
 
 
-def install_excepthook(rank: int, world_size: int = 0, teardown: Teardown | None = None) -> None:
+def install_excepthook(
+    rank: int,
+    world_size: int = 0,
+    teardown: Teardown | None = None,
+    store_of: Callable[[], Any] = _default_store,
+) -> None:
     """Make an uncaught exception on this rank leave a failure note for its peers, then call
     ``teardown()`` (abort the communicator, so that peers blocked in a collective fail now
-    even if this process lingers)."""
+    even if this process lingers). ``store_of()`` gives the store for the note (default:
+    the default process group's)."""
     uninstall_excepthook()
-    sys.excepthook = _FailureHook(rank, world_size, sys.excepthook, teardown)
+    sys.excepthook = _FailureHook(rank, world_size, sys.excepthook, teardown, store_of)
 
 
 def uninstall_excepthook() -> None:

@@ -22,12 +22,14 @@ from distbridge._types import SpawnResult
 from distbridge.errors import BackendUnavailableError, DistributedError
 from distbridge.models import _carriers as carriers
 from distbridge.models import _coordination as coordination
+from distbridge.models import _fail_together as fail_together
 from distbridge.models import _horovod_dtypes as hvd_dtypes
 from distbridge.models._debug import debug_flag
 from distbridge.models._fold import all_reduce_by_fold
 from distbridge.models._groups import not_a_group
 from distbridge.models._horovod_alltoall import HorovodAllToAll
 from distbridge.models._horovod_env import environ, hvd_module, mpi_outlives_shutdown, unavailable
+from distbridge.models._horovod_failure import HorovodFailTogether
 from distbridge.models._layout import Layout, LayoutQueries, visible_gpus
 from distbridge.models.base import ComputationModel
 
@@ -39,7 +41,7 @@ _INIT_KWARGS = ("comm", "process_sets", "debug")
 SPAWN_OPTIONS = ("hosts", "nnodes", "node_rank", "job_timeout", "start_timeout", "verbose")
 
 
-class HorovodModel(LayoutQueries, HorovodAllToAll, ComputationModel):
+class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, ComputationModel):
     """Horovod: backend ``"horovod"``, model name ``"horovod-dist"``."""
 
     name: ClassVar[str] = "horovod-dist"
@@ -140,6 +142,7 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, ComputationModel):
             raise DistributedError("hvd.init() returned but Horovod is not initialized.")
         if model._device.type == "cuda":
             torch.cuda.set_device(model._device)
+        model._start_failing_together()  # a collective: every rank initializes here
         return model._set_debug(debug)
 
     @classmethod
@@ -187,7 +190,9 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, ComputationModel):
 
     @override
     def finalize(self) -> None:
-        if self.is_current():
+        current = self.is_current()
+        self._leave_job(current)  # before the shutdown: the peers learn why this rank left
+        if current:
             if self._hvd.mpi_enabled() and not mpi_outlives_shutdown(self._hvd):
                 type(self)._mpi_finalized = True  # hvd.shutdown() ends MPI for this process
             self._hvd.shutdown()
@@ -212,6 +217,7 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, ComputationModel):
         return self._world_set if group is None else group
 
     @override
+    @fail_together.translate_peer_failure
     def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
         dtype = tensor.dtype
         if op == "ADASUM":
@@ -269,6 +275,7 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, ComputationModel):
             )
 
     @override
+    @fail_together.translate_peer_failure
     def _do_all_gather(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
         ps = self._set(group)
         ops = self._mpi_ops
@@ -279,6 +286,7 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, ComputationModel):
         return hvd_dtypes.as_received(out, tensor)
 
     @override
+    @fail_together.translate_peer_failure
     def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
         # hvd.reducescatter sums (or averages floats) the dtypes Horovod reduces; the base
         # class emulates the rest over _do_all_reduce.
@@ -293,6 +301,7 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, ComputationModel):
         return out
 
     @override
+    @fail_together.translate_peer_failure
     def _do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor:
         ps = self._set(group)
         work = tensor if tensor.dtype in hvd_dtypes.MOVED else tensor.reshape(-1).view(torch.uint8)
@@ -314,6 +323,7 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, ComputationModel):
         return self._store
 
     @override
+    @fail_together.translate_peer_failure
     def _do_barrier(self, group: Any) -> None:
         self._hvd.barrier(process_set=self._set(group))
 

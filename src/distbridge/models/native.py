@@ -215,6 +215,10 @@ class NativeModel(LayoutQueries, ComputationModel):
         """The failure note this rank's watcher read, if one came."""
         return None if self._watch is None else self._watch.note
 
+    def failure_store(self) -> Any | None:
+        """The default process group's store, which holds the failure note."""
+        return coordination.default_store()
+
     # ---- primitives --------------------------------------------------------------------------
 
     @override

@@ -1,0 +1,81 @@
+"""Fail together for Horovod: the coordination store from the start, the failure note, and
+Horovod's own coordinated shutdown as the abort.
+
+``initialize("horovod")`` (and ``spawn``'s Horovod workers) make the coordination store at
+once, with one broadcast every rank makes at the same point, so that a rank that fails later
+has somewhere to leave its note. A failing rank (uncaught exception: the excepthook; an
+exception propagating through ``finalize``) writes the note, then shuts Horovod down:
+Horovod's engine agrees on a shutdown in its next cycle, so the collectives the other ranks
+are blocked in, and every one they start later, fail with "Horovod has been shut down" even
+while the failing process lingers. `translate_peer_failure` turns that error into
+`PeerFailed` naming the failed rank (from the copy of the note the failure watcher keeps, so
+it works even after rank 0, the store's host, has gone).
+
+A context made by ``hvd.init()`` outside distbridge and adopted has no store from the start:
+it keeps Horovod's own behaviour (its error names no rank).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from distbridge.models import _fail_together as fail_together
+from distbridge.models._failure_watch import FailureWatch, start_watch
+
+__all__ = ["HorovodFailTogether"]
+
+
+class HorovodFailTogether:
+    """The fail-together part of ``HorovodModel``: `Abortable` for `translate_peer_failure`."""
+
+    _watch: FailureWatch | None = None
+    _fails_together = False  # set by `_start_failing_together`
+
+    if TYPE_CHECKING:
+        _hvd: Any
+        _store: Any
+
+        def get_rank(self) -> int:
+            """This rank."""
+
+        def get_world_size(self) -> int:
+            """The number of ranks."""
+
+        def _coordination_store(self) -> Any | None:
+            """The store rank 0 hosts (made by every rank at the same point)."""
+
+    def _start_failing_together(self) -> None:
+        """Make the store now (one broadcast: every rank calls this at the same point), let an
+        uncaught exception leave a note and shut Horovod down, and watch for a peer's note."""
+        rank, world_size = self.get_rank(), self.get_world_size()
+        if world_size <= 1:
+            return
+        store = self._coordination_store()
+        self._fails_together = True
+        fail_together.install_excepthook(rank, world_size, self._hvd.shutdown, self.failure_store)
+        self._watch = start_watch(store, rank, lambda: None)  # keeps the note; nothing to cut
+
+    def _leave_job(self, current: bool) -> None:
+        """At ``finalize``: stop watching; then, if this context is still ``current``, tell
+        the peers this rank leaves (a failure note while an exception propagates), before
+        Horovod shuts down."""
+        fail_together.uninstall_excepthook()
+        if self._watch is not None:
+            self._watch.stop()
+        if current and self._fails_together:
+            fail_together.leave(self.get_rank(), self.get_world_size(), store=self._store)
+
+    def abort_communicator(self) -> None:
+        """Nothing to do: by the time a peer's failure shows here, Horovod's shutdown (which
+        every rank's engine agrees on) has already stopped this rank's engine. Shutting it
+        down here too would make ``hvd.is_initialized()`` false, and the facade would fall
+        back to the serial model for this rank's later calls."""
+
+    def known_failure(self) -> tuple[int, str] | None:
+        """The failure note this rank's watcher read, if one came."""
+        return None if self._watch is None else self._watch.note
+
+    def failure_store(self) -> Any | None:
+        """The coordination store, where this context fails together (``initialize`` in a
+        world of two or more); None for an adopted context, whose ranks leave no notes."""
+        return self._store if self._fails_together else None
