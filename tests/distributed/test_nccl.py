@@ -20,6 +20,7 @@ import torch.distributed as dist
 import distbridge as idist
 from distbridge.testing import run_distributed
 from tests.distributed import checks
+from tests.distributed import fail_together_targets as targets
 from tests.distributed.check_runs import PerRank, failures, run_per_world_size
 from tests.distributed.test_debug_mode import DISAGREE_ON_PURPOSE
 
@@ -101,3 +102,59 @@ def test_torchrun_with_more_processes_than_gpus_fails_with_the_reason(tmp_path: 
     )  # fmt: skip
     assert proc.returncode != 0
     assert f"{GPUS + 1} processes on this node" in proc.stdout + proc.stderr, proc.stderr[-3000:]
+
+
+ABORT_SCRIPT = """
+import time, torch, distbridge as idist
+from distbridge import _state
+idist.initialize("nccl")
+assert idist.all_reduce(torch.ones(2, device="cuda")).tolist() == [1.0, 1.0]
+start = time.monotonic()
+_state.current().abort_communicator()  # what a failing rank and a peer's watcher call
+aborted = time.monotonic() - start
+try:
+    idist.all_reduce(torch.ones(2, device="cuda"))
+    torch.cuda.synchronize()
+    after = "no error"
+except Exception as exc:
+    after = type(exc).__name__
+start = time.monotonic()
+idist.finalize()
+print("RESULT", aborted, after, time.monotonic() - start, flush=True)
+"""
+
+
+def test_the_abort_path_in_a_world_of_one(tmp_path: Path) -> None:
+    # A world of one cannot show peers: this runs the abort itself (ncclCommAbort through
+    # torch's _abort_process_group) and checks that nothing hangs after it.
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "src"), env.get("PYTHONPATH", "")])
+    script = tmp_path / "abort_nccl.py"
+    script.write_text(ABORT_SCRIPT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+         str(script)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    line = next((x for x in out.splitlines() if x.startswith("RESULT")), None)
+    assert line is not None, out[-4000:]
+    _, aborted, after, finalized = line.split()
+    print(f"\nNCCL abort: {float(aborted):.3f} s; next all_reduce: {after}; finalize {finalized} s")
+    assert float(aborted) < 10 and float(finalized) < 10, line
+
+
+@pytest.mark.skipif(GPUS < 3, reason=f"needs 3 GPUs for three NCCL ranks, found {GPUS}")
+def test_a_lingering_rank_on_nccl(tmp_path: Path) -> None:
+    # The gloo scenario (tests/distributed/test_fail_together.py) on NCCL under torchrun.
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "src"), env.get("PYTHONPATH", "")])
+    script = str(REPO / "tests/distributed/fail_together_targets.py")
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
+         script, str(tmp_path), "linger", "nccl"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    seconds = targets.check_peers(tmp_path, "ValueError: rank 1 gives up", "all_reduce", 5.0, 5.0)
+    print(f"\nFAULT NCCL torchrun, rank 1 raises, thread lingers: PeerFailed after {seconds} s")
