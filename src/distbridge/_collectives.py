@@ -87,8 +87,10 @@ def all_gather(tensor: Any, group: Group | None = None) -> Any:
         For a tensor of shape (n, ...): a tensor of shape (group_size * n, ...), rank order
         (a 0-dim tensor gives shape (group_size,)); every rank's tensor must have the same
         shape. For a number, str, Path or any picklable object: a list with one entry per
-        rank, each with its sender's exact type. Ranks outside ``group`` get ``x`` (a tensor)
-        or ``[x]`` back.
+        rank, each with its sender's exact type (a numpy scalar, or another number type,
+        arrives as the Python int, float or bool of its value, as ``x.item()`` gives; send
+        it with `all_gather_object` to keep its type). Ranks outside ``group`` get ``x``
+        (a tensor) or ``[x]`` back.
 
     Tensors are concatenated along dim 0, so a shape that differs across ranks (a 0-dim
     tensor here, a 3-dim one there) has no answer. The shapes are not exchanged first (one
@@ -142,7 +144,8 @@ def broadcast(
     """Give every rank of ``group`` the value ``tensor`` of rank ``src`` (a global rank).
 
     Numbers, str and Path arrive with the source's exact type and value, whatever the other
-    ranks passed. A tensor is received in place into each rank's tensor (same shape and
+    ranks passed (a numpy scalar arrives as the Python int, float or bool of its value, as
+    ``x.item()`` gives; `broadcast_object` keeps its type). A tensor is received in place into each rank's tensor (same shape and
     dtype on every rank) unless ``safe_mode=True``, where the source sends dtype and shape
     first and the other ranks may pass None (they get a new tensor on ``device()``).
     A rank outside ``group`` gets its own ``tensor`` back, after the same checks as a
