@@ -9,9 +9,18 @@ import pytest
 import torch.distributed as dist
 
 from distbridge.testing import reset_state
+from tests import progress
 
 # Variables pytest and torch itself set (torch's inductor caches on first optimizer use).
 _NOT_OURS = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return progress.HEADER
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    progress.show_elapsed_time(session.config)
 
 
 @pytest.fixture(autouse=True)
