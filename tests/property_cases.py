@@ -228,6 +228,10 @@ TARGETED: dict[str, Case] = {
     "scatter_out_mismatch": Case("scatter", (PerRank(torch.zeros(3)),), (("out", torch.zeros(2)),)),
     # Another rank's shape would not fit in memory.
     "shapes_too_big": Case("all_gather_tensors_with_shapes", (torch.zeros(1), [[1], [2**40]])),
+    # Rank 1's tensor does not match shapes[1]: it alone can tell, the others already gather.
+    "shapes_mismatch_on_one_rank": Case(
+        "all_gather_tensors_with_shapes", (torch.zeros(2), [[2], [3]])
+    ),
     "new_group_bad_backend": Case("new_group", ([0],), (("backend", "nope"),)),
     "new_group_unknown_option": Case("new_group", ([0],), (("bogus", 3),)),
 }

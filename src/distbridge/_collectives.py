@@ -145,9 +145,10 @@ def broadcast(
 
     Numbers, str and Path arrive with the source's exact type and value, whatever the other
     ranks passed (a numpy scalar arrives as the Python int, float or bool of its value, as
-    ``x.item()`` gives; `broadcast_object` keeps its type). A tensor is received in place into each rank's tensor (same shape and
-    dtype on every rank) unless ``safe_mode=True``, where the source sends dtype and shape
-    first and the other ranks may pass None (they get a new tensor on ``device()``).
+    ``x.item()`` gives; `broadcast_object` keeps its type). A tensor is received in place
+    into each rank's tensor (same shape and dtype on every rank) unless ``safe_mode=True``,
+    where the source sends dtype and shape first and the other ranks may pass None (they
+    get a new tensor on ``device()``).
     A rank outside ``group`` gets its own ``tensor`` back, after the same checks as a
     non-source member (None without ``safe_mode`` or a sparse tensor is an error there too).
 
@@ -178,7 +179,8 @@ def all_gather_tensors_with_shapes(
 
     The shapes may have different numbers of dims (``[[], [2, 3], [4]]``: a 0-dim tensor
     on group rank 0). Every tensor travels flat, padded to the most elements any has, in
-    one all-gather; nothing is exchanged first.
+    one all-gather (with one element more, which says whether this rank's own tensor
+    passed its checks); nothing is exchanged first.
 
     Args:
         tensor: this rank's tensor; its shape must be ``shapes[group rank]``.
@@ -193,6 +195,9 @@ def all_gather_tensors_with_shapes(
     Raises:
         TypeError, ValueError: ``shapes`` is not one list of int dimensions (0 or more) per
             member with ``tensor``'s at this rank's place, or needs too large a buffer.
+            When only some ranks' tensors do not match their entry (or are not dense),
+            those ranks raise their own error and every other member a ValueError naming
+            them, after the all-gather: no rank waits for ever.
 
     Note:
         Without a distributed context, returns ``[tensor]`` (``shapes`` is ``[tensor.shape]``).

@@ -161,6 +161,16 @@ def test_shapes_that_cannot_fit_are_refused_alike(outcomes: Outcomes) -> None:
     assert rank0.error == rank1.error == "ValueError"
 
 
+def test_a_shape_mismatch_on_one_rank_fails_every_rank(outcomes: Outcomes) -> None:
+    # Only rank 1 can see that its tensor does not match shapes[1]; rank 0 used to wait in
+    # the gather for ever.
+    _, rank0, rank1 = outcomes["targeted"]["shapes_mismatch_on_one_rank"]
+    assert rank0.documented and rank1.documented
+    assert rank0.error == rank1.error == "ValueError"
+    assert "shapes[1] is (3,) but this rank's tensor has shape (2,)" in rank1.message
+    assert "group rank(s) [1] passed a tensor that does not match" in rank0.message
+
+
 @pytest.mark.parametrize("name", ["new_group_bad_backend", "new_group_unknown_option"])
 def test_new_group_options_fail_alike(outcomes: Outcomes, name: str) -> None:
     serial, rank0, rank1 = outcomes["targeted"][name]

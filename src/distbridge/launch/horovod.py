@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from distbridge.errors import PicklingError, SpawnTimeoutError, WorkerFailedError
+from distbridge.launch._worker_reports import sentence
 
 __all__ = ["spawn_horovod"]
 
@@ -203,7 +204,8 @@ def _failure(
         others = "".join(f"\n  rank {r}: {line}" for r, line in sorted(reports.items()))
         others = f"\n\nWhat the other workers reported:{others}" if others else ""
         return WorkerFailedError(
-            f"Worker rank {rank} (local rank {rank % nproc}) raised {raised}. {stopped}{others}"
+            f"{sentence(f'Worker rank {rank} (local rank {rank % nproc}) raised {raised}')} "
+            f"{stopped}{others}"
             f"\n\nTraceback of rank {rank}:\n{first['traceback']}",
             rank=rank,
             local_rank=rank % nproc,

@@ -174,26 +174,47 @@ def all_gather_with_shapes(
     shape_list = [tuple(int(d) for d in s) for s in shapes]
     if len(shape_list) != size:
         raise ValueError(f"shapes has {len(shape_list)} entries; the group has {size} ranks.")
+    if any(d < 0 for s in shape_list for d in s):
+        raise ValueError(f"shapes must hold dimensions of 0 or more, got {shape_list}.")
+    # Checks of this rank's own tensor fail on this rank only: it still takes part in the
+    # gather, with a flag in one slot past the data, so that every rank raises.
+    problem: Exception | None = None
     if shape_list[me] != tuple(tensor.shape):
-        raise ValueError(
+        problem = ValueError(
             f"shapes[{me}] is {shape_list[me]} but this rank's tensor has shape "
             f"{tuple(tensor.shape)}; shapes[i] must be group rank i's shape."
         )
-    if any(d < 0 for s in shape_list for d in s):
-        raise ValueError(f"shapes must hold dimensions of 0 or more, got {shape_list}.")
-    check_dense(tensor, "all_gather_tensors_with_shapes")
+    else:
+        try:
+            check_dense(tensor, "all_gather_tensors_with_shapes")
+        except (TypeError, ValueError) as err:
+            problem = err
     length = _longest(shape_list)
     try:
-        if length >= 2**63:
+        if length >= 2**63 - 1:
             raise OverflowError(f"{length} elements")
-        padded = tensor.new_zeros((1, length))
+        padded = torch.zeros((1, length + 1), dtype=tensor.dtype, device=tensor.device)
     except (RuntimeError, MemoryError, OverflowError) as err:  # torch: "can't allocate memory"
         raise ValueError(
             f"shapes {shape_list} need a buffer of {length} elements on every rank, which "
             f"cannot be allocated here ({type(err).__name__}); check the shapes."
         ) from err
-    padded[0, : tensor.numel()] = tensor.reshape(-1)
+    if problem is None:
+        padded[0, : tensor.numel()] = tensor.reshape(-1)
+    else:
+        padded[0, length] = 1
     gathered = model._gather_tensor(padded, resolved)
+    if problem is not None:
+        raise problem
+    flags = gathered[:, length]
+    flags = flags.real if flags.is_complex() else flags
+    failed = [i for i, bad in enumerate(flags.to(torch.float32).ne(0).tolist()) if bad]
+    if failed:
+        raise ValueError(
+            f"all_gather_tensors_with_shapes: group rank(s) {failed} passed a tensor that does "
+            "not match its entry of shapes, or that is not dense (see the error there); no "
+            "rank gets a result."
+        )
     return [_cut(gathered[i], s) for i, s in enumerate(shape_list)]
 
 
