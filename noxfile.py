@@ -35,10 +35,12 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff: lint and formatting."""
-    session.install(*[r for r in _extra("lint") if r.startswith("ruff")])
+    """ruff (lint and formatting) and import-linter (the layers of docs/architecture.md)."""
+    session.install(*[r for r in _extra("lint") if r.startswith(("ruff", "import-linter"))])
     session.run("ruff", "check", "src", "tests", "bench", "examples", "noxfile.py")
     session.run("ruff", "format", "--check", "src", "tests", "bench", "examples", "noxfile.py")
+    # grimp reads the source files; nothing is imported, so no torch is needed here
+    session.run("lint-imports", env={"PYTHONPATH": "src"})
 
 
 @nox.session

@@ -42,8 +42,8 @@ import torch.distributed as dist
 
 import distbridge as idist
 from distbridge import _state
+from distbridge.algorithms import shape_rows
 from distbridge.models import ComputationModel, NativeModel
-from distbridge.models import _shape_rows as shape_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -32,10 +32,10 @@ from torch._C._distributed_c10d import HashStore, TCPStore
 
 import distbridge as idist
 from distbridge import _state
-from distbridge.models._connections import Connections, socket_inodes, tcp_connections
-from distbridge.models._fail_together import record_failure, translate_peer_failure
-from distbridge.models._failure_watch import FailureWatch
 from distbridge.models.native import NativeModel
+from distbridge.reliability.connections import Connections, socket_inodes, tcp_connections
+from distbridge.reliability.fail_together import record_failure, translate_peer_failure
+from distbridge.reliability.failure_watch import FailureWatch
 
 
 def main() -> None:

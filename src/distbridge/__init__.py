@@ -44,6 +44,7 @@ from distbridge._collectives import (
     reduce_scatter,
     scatter,
 )
+from distbridge._detectron2_launch import launch
 from distbridge._registry import RegisteredModels, registry
 from distbridge.auto import DistributedProxySampler, auto_dataloader, auto_model, auto_optim
 from distbridge.diagnostics import dump_stacks
@@ -67,8 +68,7 @@ from distbridge.helpers import (
     rank_zero_only,
     synchronize,
 )
-from distbridge.launch.launcher import launch
-from distbridge.launch.parallel import Parallel
+from distbridge.launcher import Parallel
 from distbridge.models import ComputationModel
 from distbridge.objects import (
     Serializer,

@@ -14,10 +14,10 @@ from typing import Any
 import torch
 
 from distbridge._registry import registry
-from distbridge._state import current, install, resync, set_local_rank_hint
+from distbridge._state import activated, current, install, resync, set_local_rank_hint
 from distbridge._types import SpawnResult
 from distbridge.errors import DistributedError
-from distbridge.models._debug import debug_env
+from distbridge.reliability.debug import debug_env
 
 __all__ = [
     "available_backends",
@@ -204,6 +204,10 @@ def spawn(
     if not callable(fn):  # before any worker starts
         raise TypeError(f"spawn() needs a callable fn (a top-level function), got {fn!r}.")
     with debug_env(kwargs.pop("debug", None)):  # the workers inherit DISTBRIDGE_DEBUG
+        if model.spawn_takes_activate:  # its workers make their model the active one
+            if "activate" in kwargs:
+                raise TypeError("spawn() got an unexpected keyword argument 'activate'.")
+            kwargs["activate"] = activated
         return model.spawn(
             fn, tuple(args), kwargs_dict or {}, nproc_per_node, backend=backend, **kwargs
         )

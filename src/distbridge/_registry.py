@@ -12,12 +12,11 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, overload
+from typing import overload
 
 from distbridge.errors import BackendUnavailableError, suggest
-
-if TYPE_CHECKING:
-    from distbridge.models.base import ComputationModel
+from distbridge.models import BUILTIN_MODELS
+from distbridge.models.base import ComputationModel
 
 __all__ = ["ENTRY_POINT_GROUP", "RegisteredModels", "Registry", "registry"]
 
@@ -185,8 +184,6 @@ class RegisteredModels(Sequence["type[ComputationModel]"]):
 
 
 def _builtin_registry() -> Registry:
-    from distbridge.models import BUILTIN_MODELS
-
     reg = Registry()
     for model in BUILTIN_MODELS:
         reg.register(model)

@@ -8,11 +8,22 @@ without communicating, or falls back to the serial model.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from distbridge._registry import registry
 from distbridge.models.base import ComputationModel
 from distbridge.models.serial import SerialModel
 
-__all__ = ["current", "install", "local_rank_hint", "reset", "resync", "set_local_rank_hint"]
+__all__ = [
+    "activated",
+    "current",
+    "install",
+    "local_rank_hint",
+    "reset",
+    "resync",
+    "set_local_rank_hint",
+]
 
 
 def _serial() -> SerialModel:
@@ -36,6 +47,19 @@ def install(model: ComputationModel) -> None:
     global _active, _is_current
     _active = model
     _is_current = model.is_current
+
+
+@contextmanager
+def activated(model: ComputationModel) -> Iterator[ComputationModel]:
+    """Make ``model`` the active one for the block, and forget it after (``reset``).
+
+    ``spawn`` hands this to the spawners: each worker runs its function inside it. A module
+    function, so it reaches the workers by pickle, by reference."""
+    install(model)
+    try:
+        yield model
+    finally:
+        reset()
 
 
 def resync() -> ComputationModel:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from distbridge import _state
-from distbridge.models._barrier import dump_all_stacks
+from distbridge.reliability.timed_barrier import dump_all_stacks
 
 __all__ = ["dump_stacks"]
 

@@ -14,7 +14,7 @@ import torch
 
 from distbridge import _api, _collectives, _state
 from distbridge.environments.base import read_int
-from distbridge.models._barrier import abort_barrier, check_timeout, timed_barrier
+from distbridge.reliability.timed_barrier import abort_barrier, check_timeout, timed_barrier
 
 __all__ = [
     "get_local_group",

@@ -1,12 +1,155 @@
-"""Mirrors ``ignite.distributed.launcher``: ``from distbridge.launcher import Parallel`` is
-``from ignite.distributed.launcher import Parallel`` with one import changed.
+"""Parallel: one context manager for every way of starting a job.
 
-``Parallel`` is the facade's own class (``distbridge.launcher.Parallel is
-distbridge.Parallel``); this module has no logic.
+Where ``ignite.distributed.launcher`` keeps it: ``from distbridge.launcher import Parallel``
+is ``from ignite.distributed.launcher import Parallel`` with one import changed, and
+``distbridge.launcher.Parallel is distbridge.Parallel``.
 """
 
 from __future__ import annotations
 
-from distbridge import Parallel
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from distbridge import _api, environments
 
 __all__ = ["Parallel"]
+
+
+class Parallel:
+    """Run a function in a distributed job, whichever way the job was started.
+
+    - ``backend=None``: serial; ``run`` calls ``func(0, ...)`` in this process.
+    - ``backend`` and ``nproc_per_node``: ``run`` spawns the workers itself (``spawn``).
+    - ``backend`` alone: the processes were started by a launcher (torchrun, srun, mpirun,
+      jsrun, horovodrun: see ``distbridge.environments``); entering the context initializes,
+      leaving it finalizes.
+    - ``backend`` and ``nproc_per_node`` under a launcher that started one task per node
+      (e.g. ``srun --ntasks-per-node=1``): each task spawns ``nproc_per_node`` workers, and
+      ``nnodes``, ``node_rank``, ``master_addr`` and ``master_port`` default to the launcher's.
+
+    Example:
+        >>> with Parallel(backend="gloo", nproc_per_node=2) as parallel:   # doctest: +SKIP
+        ...     results = parallel.run(train, config)
+
+    Args:
+        backend: ``None``, "nccl", "gloo", "mpi", "xla-tpu", "horovod", ...
+        nproc_per_node: processes to spawn on this machine; None when a launcher started them.
+        nnodes: number of machines (spawn only).
+        node_rank: this machine's index (spawn only).
+        master_addr: address of node 0 (spawn only).
+        master_port: port of node 0; a free one by default on one machine (spawn only).
+        init_method: torch.distributed init method (native backends).
+        spawn_kwargs: further arguments for ``spawn`` (``timeout``, ``start_method``, ...).
+    """
+
+    def __init__(
+        self,
+        backend: str | None = None,
+        nproc_per_node: int | None = None,
+        nnodes: int | None = None,
+        node_rank: int | None = None,
+        master_addr: str | None = None,
+        master_port: int | None = None,
+        init_method: str | None = None,
+        **spawn_kwargs: Any,
+    ) -> None:
+        if backend is not None and backend not in _api.available_backends():
+            _api.registry.for_backend(backend)  # raises, saying why and what is available
+        spawn_only = {
+            "nnodes": nnodes,
+            "node_rank": node_rank,
+            "master_addr": master_addr,
+            "master_port": master_port,
+        }
+        given = sorted(k for k, v in spawn_only.items() if v is not None)
+        if backend is None and (nproc_per_node is not None or given or init_method):
+            raise ValueError(
+                "Parallel(backend=None) runs serially; nproc_per_node, nnodes, node_rank, "
+                "master_addr, master_port and init_method need a backend such as 'gloo'."
+            )
+        if nproc_per_node is None and given:
+            raise ValueError(
+                f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} only when "
+                "Parallel spawns the workers: pass "
+                "nproc_per_node too, or set them in the launcher instead."
+            )
+        if nproc_per_node is not None:
+            spawn_only = _per_node_defaults(spawn_only)
+        self.backend = backend
+        self._spawn_params: dict[str, Any] | None = None
+        if nproc_per_node is not None:
+            self._spawn_params = {
+                "nproc_per_node": nproc_per_node,
+                **{k: v for k, v in spawn_only.items() if v is not None},
+                **({"init_method": init_method} if init_method else {}),
+                **spawn_kwargs,
+            }
+        if spawn_kwargs:
+            model = _api.registry.for_backend(backend) if backend is not None else None
+            unknown = sorted(set(spawn_kwargs) - set(model.spawn_options if model else ()))
+            if unknown or nproc_per_node is None:
+                known = ", ".join(model.spawn_options) if model else "none"
+                raise TypeError(
+                    f"Parallel() got unexpected keyword arguments {unknown or sorted(spawn_kwargs)}"
+                    f"; this backend's spawn arguments are {known}, and need nproc_per_node."
+                )
+        self._init_kwargs = {"init_method": init_method} if init_method else {}
+        self._initialized_here = False
+
+    def run(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call ``func(local_rank, *args, **kwargs)`` in every process of the job.
+
+        Returns:
+            When spawning: every worker's return value, in local-rank order. Otherwise
+            this process's return value.
+        """
+        if self._spawn_params is not None and self.backend is not None:
+            return _api.spawn(
+                self.backend, func, args=args, kwargs_dict=kwargs, **self._spawn_params
+            )
+        return func(_api.get_local_rank(), *args, **kwargs)
+
+    def __enter__(self) -> Parallel:
+        if self.backend is not None and self._spawn_params is None:
+            _api.initialize(self.backend, **self._init_kwargs)
+            self._initialized_here = True
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._initialized_here:
+            self._initialized_here = False
+            _api.finalize()
+
+
+def _per_node_defaults(spawn_only: dict[str, Any]) -> dict[str, Any]:
+    """``spawn_only`` with the gaps filled from a launcher that started one task per node; as
+    given without a launcher. ValueError when the launcher started several tasks here (they
+    must not spawn more)."""
+    launch = environments.detect()
+    if launch is None:
+        return spawn_only
+    if launch.local_world_size != 1:
+        here = (
+            "an unknown number of"
+            if launch.local_world_size is None
+            else (str(launch.local_world_size))
+        )
+        raise ValueError(
+            f"This process was started by {launch.launcher} (rank {launch.rank} of "
+            f"{launch.world_size}, {here} processes on this node), so Parallel must not spawn "
+            "more workers: drop nproc_per_node, or start one task per node (e.g. srun "
+            "--ntasks-per-node=1) to spawn nproc_per_node workers on each."
+        )
+    from_launcher = {
+        "nnodes": launch.nnodes if launch.nnodes is not None else launch.world_size,
+        "node_rank": launch.node_rank if launch.node_rank is not None else launch.rank,
+        "master_addr": launch.master_addr,
+        "master_port": launch.master_port,
+    }
+    return {k: v if v is not None else from_launcher[k] for k, v in spawn_only.items()}

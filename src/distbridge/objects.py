@@ -25,7 +25,7 @@ import torch
 from distbridge._collectives import all_reduce, broadcast, reduce
 from distbridge._state import current
 from distbridge._types import Group
-from distbridge.models._objects import Serializer
+from distbridge.algorithms.object_frames import Serializer
 
 __all__ = [
     "Serializer",

@@ -29,7 +29,7 @@ from torch._C._distributed_c10d import HashStore, PrefixStore
 import distbridge as idist
 from distbridge.errors import DistributedError, PeerFailed, WorkerFailedError
 from distbridge.launch.supervisor import run_workers
-from distbridge.models import _fail_together as fail_together
+from distbridge.reliability import fail_together
 from tests.distributed import fault_targets as targets
 from tests.distributed.process_checks import (
     assert_gone,

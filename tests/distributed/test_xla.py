@@ -370,7 +370,7 @@ def test_the_fold_reduces_several_ranks_exactly(
     dtype: torch.dtype, rows: list[list[object]], op: str, expected: list[object]
 ) -> None:
     # With one replica the fold has one row; here it gets three, as on a pod.
-    from distbridge.models._fold import fold as _fold
+    from distbridge.algorithms.fold import fold as _fold
 
     def tensor(values: list[object]) -> torch.Tensor:
         if dtype is torch.uint64:  # written as int64 bits

@@ -201,7 +201,7 @@ def check_xla_numbers_exact(tmp: Path) -> None:
 
 
 def check_xla_groups(tmp: Path) -> None:
-    from distbridge.models.xla import XlaGroup
+    from distbridge.models.xla.model import XlaGroup
 
     world, rank = idist.get_world_size(), idist.get_rank()
     group = idist.new_group([0])

@@ -17,9 +17,11 @@ from torch._C._distributed_c10d import HashStore
 
 import distbridge as idist
 from distbridge.errors import BarrierTimeout, DistributedError, PeerFailed
-from distbridge.models import _barrier, _fail_together, _stacks
-from distbridge.models._barrier import StoreBarrier
-from distbridge.models._stacks import StackWatcher
+from distbridge.reliability import fail_together as _fail_together
+from distbridge.reliability import stacks as _stacks
+from distbridge.reliability import timed_barrier as _barrier
+from distbridge.reliability.stacks import StackWatcher
+from distbridge.reliability.timed_barrier import StoreBarrier
 
 
 @pytest.mark.parametrize("timeout", ["5", True, [1], object()])

@@ -17,7 +17,7 @@ import distbridge as idist
 from distbridge.__main__ import main
 from distbridge.cli import check, info
 from distbridge.cli._format import format_bytes, format_info, parse_size, parse_sizes
-from distbridge.models import _horovod_env
+from distbridge.models.horovod import env as _horovod_env
 from distbridge.models.native import NativeModel
 
 # Variables of any launcher: removed so that the commands see no launcher unless a test sets one.

@@ -1,4 +1,4 @@
-"""models/_codec.py: how numbers, kinds, dtypes and op names travel between ranks."""
+"""algorithms/codec.py: how numbers, kinds, dtypes and op names travel between ranks."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from distbridge.models import _codec as codec
+from distbridge.algorithms import codec
 
 ALL_OPS = frozenset(("SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "AVG"))
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch._C._distributed_c10d import HashStore
 
-from distbridge.models import _coordination as coordination
 from distbridge.models.serial import SerialModel
+from distbridge.reliability import coordination
 
 
 def test_prefixed_store_keeps_keys_apart() -> None:

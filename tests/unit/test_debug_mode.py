@@ -17,8 +17,8 @@ from torch._C._distributed_c10d import HashStore, PrefixStore  # where torch def
 import distbridge as idist
 from distbridge import _state
 from distbridge.errors import CollectiveMismatch
-from distbridge.models import _debug as debug
-from distbridge.models._fingerprint import Fingerprint, describe
+from distbridge.reliability import debug
+from distbridge.reliability.fingerprint import Fingerprint, describe
 
 pytestmark = pytest.mark.timeout(60)
 

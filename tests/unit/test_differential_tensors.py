@@ -5,7 +5,7 @@ A world of one: every result must be the exact answer the reference computes
 with the Python type of a number kept. Hypothesis shrinks a failing case. The same cases run
 on 2 and 3 gloo ranks in ``tests/distributed/test_differential_tensors_gloo.py``. Below, the
 reference itself is checked: the drawn values reduce alike in any order and dtype, and the
-rank-order fold other models use (``models/_fold.py``) gives the reference's answer.
+rank-order fold other models use (``algorithms/fold.py``) gives the reference's answer.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 
 import distbridge as idist
+from distbridge.algorithms.fold import fold
 from distbridge.models import SerialModel
-from distbridge.models._fold import fold
 from tests.differential import tensor_cases as tc
 from tests.differential import tensor_inputs as ti
 from tests.differential import tensor_reference as ref

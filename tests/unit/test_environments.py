@@ -22,7 +22,7 @@ from distbridge.models._layout import (
     layout_from_store,
     node_name,
 )
-from distbridge.models._native_init import rendezvous_address
+from distbridge.models.native.init import rendezvous_address
 
 LAYOUT_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 LAUNCH_VARS = (*LAYOUT_VARS, "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")

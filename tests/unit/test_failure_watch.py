@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 from torch._C._distributed_c10d import TCPStore
 
-from distbridge.models._connections import Connections
-from distbridge.models._fail_together import record_failure
-from distbridge.models._failure_watch import FailureWatch
+from distbridge.reliability.connections import Connections
+from distbridge.reliability.fail_together import record_failure
+from distbridge.reliability.failure_watch import FailureWatch
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from distbridge.models._fold import fold
+from distbridge.algorithms.fold import fold
 
 RANKS = 3
 

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import distbridge as idist
-from distbridge.models import _extra as extra
-from distbridge.models import _shape_rows as shape_rows
-from distbridge.models._fingerprint import Fingerprint, describe
+from distbridge.algorithms import reduce_gather_scatter as extra
+from distbridge.algorithms import shape_rows
+from distbridge.reliability.fingerprint import Fingerprint, describe
 
 DTYPES = [
     d

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import distbridge as idist
-from distbridge.models._objects import decode_frame, encode_frame, frame_into, frame_size
+from distbridge.algorithms.object_frames import decode_frame, encode_frame, frame_into, frame_size
 
 
 def _round_trip(obj: Any) -> Any:

@@ -95,7 +95,7 @@ def test_all_to_all_of_one_tensor_remembers_what_passed_its_checks() -> None:
 
 
 def test_chunks_of_one_tensor_are_joined_without_a_copy() -> None:
-    from distbridge.models._all_to_all import _joined
+    from distbridge.algorithms.all_to_all import _joined
 
     whole = torch.arange(12.0)
     joined = _joined(list(whole.chunk(3)), whole.dtype)
@@ -120,7 +120,7 @@ def test_chunks_of_one_tensor_are_joined_without_a_copy() -> None:
 
 
 def test_bytes_of_one_element_with_any_stride() -> None:
-    from distbridge.models._carriers import as_bytes
+    from distbridge.algorithms.carriers import as_bytes
 
     one = torch.tensor([5, 7], dtype=torch.int64)[::2]  # stride 2, yet "contiguous"
     assert one.is_contiguous() and one.stride() == (2,)

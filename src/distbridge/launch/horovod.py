@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from distbridge.errors import PicklingError, SpawnTimeoutError, WorkerFailedError
+from distbridge.launch._joinable import Activate, MakeModel
 from distbridge.launch._worker_reports import sentence
 
 __all__ = ["spawn_horovod"]
@@ -46,6 +47,8 @@ def _one_line(record: Mapping[str, Any]) -> str:
 class _HorovodWorker:
     """What each worker runs: join the job, call ``fn``, leave the job; report a failure."""
 
+    make_model: MakeModel
+    activate: Activate
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     kwargs: Mapping[str, Any]
@@ -54,14 +57,16 @@ class _HorovodWorker:
     def __call__(self) -> Any:
         if self.job_timeout is not None:  # a C thread: fires even inside a blocked collective
             faulthandler.dump_traceback_later(self.job_timeout, exit=True)
-        from distbridge import _state
-        from distbridge.models.horovod import HorovodModel
-
         model = None
         try:
-            model = HorovodModel.from_backend("horovod")
-            _state.install(model)
-            return self.fn(model.get_local_rank(), *self.args, **self.kwargs)
+            with contextlib.ExitStack() as active:
+                model = self.make_model("horovod")
+                active.enter_context(self.activate(model))
+                try:
+                    return self.fn(model.get_local_rank(), *self.args, **self.kwargs)
+                finally:
+                    if model.is_current():
+                        model.finalize()
         except BaseException as exc:  # reported before leaving the job: the others fail later
             record = {
                 "rank": int(os.environ.get("HOROVOD_RANK", "-1")),
@@ -73,9 +78,6 @@ class _HorovodWorker:
             print(_MARK + json.dumps(record), file=sys.stderr, flush=True)
             raise
         finally:
-            if model is not None and model.is_current():
-                model.finalize()
-            _state.reset()
             faulthandler.cancel_dump_traceback_later()
 
 
@@ -125,11 +127,13 @@ def _signal_handlers_kept() -> Iterator[None]:
 
 
 def spawn_horovod(
+    make_model: MakeModel,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs_dict: Mapping[str, Any],
     nproc_per_node: int,
     *,
+    activate: Activate = contextlib.nullcontext,
     hosts: str | Sequence[str] | None = None,
     nnodes: int | None = None,
     node_rank: int | None = None,
@@ -138,7 +142,10 @@ def spawn_horovod(
     verbose: bool = False,
 ) -> list[Any]:
     """Run ``fn(local_rank, *args, **kwargs_dict)`` in ``nproc_per_node`` workers on each
-    machine of ``hosts`` (default: this one) and return every worker's result, in rank order."""
+    machine of ``hosts`` (default: this one) and return every worker's result, in rank order.
+
+    Each worker joins as ``make_model("horovod")`` and runs ``fn`` inside ``activate(model)``
+    (see `distbridge.launch._joinable`)."""
     nproc = _positive("nproc_per_node", nproc_per_node)
     names = _host_names(hosts, nproc)
     if nnodes is not None and nnodes != len(names):
@@ -156,7 +163,7 @@ def spawn_horovod(
     import horovod
 
     cloudpickle = importlib.import_module("cloudpickle")  # horovod.run's own serializer
-    worker = _HorovodWorker(fn, tuple(args), dict(kwargs_dict), job_timeout)
+    worker = _HorovodWorker(make_model, activate, fn, tuple(args), dict(kwargs_dict), job_timeout)
     try:
         cloudpickle.dumps(worker)
     except Exception as err:

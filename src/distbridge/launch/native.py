@@ -12,6 +12,7 @@ workers raise `PeerFailed` naming it at their next collective; the supervisor gi
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -22,13 +23,12 @@ from typing import Any
 from torch._C._distributed_c10d import TCPStore  # where torch defines them
 
 from distbridge.errors import DistributedError
+from distbridge.launch._joinable import Activate, MakeModel
 from distbridge.launch._main_module import check_main_module
 from distbridge.launch._output import plan_output
 from distbridge.launch.pickling import check_picklable
 from distbridge.launch.supervisor import run_workers
-from distbridge.models._fail_together import record_failure
-from distbridge.models._layout import visible_gpus
-from distbridge.models._native_init import nccl_gpu_problem
+from distbridge.reliability.fail_together import record_failure
 
 __all__ = ["spawn_native"]
 
@@ -41,6 +41,8 @@ PEER_WINDOW_SECONDS = 3.0
 class _NativeWorker:
     """What each worker process runs: join the job, call ``fn``, leave the job."""
 
+    make_model: MakeModel
+    activate: Activate
     backend: str
     fn: Callable[..., Any]
     args: tuple[Any, ...]
@@ -54,20 +56,16 @@ class _NativeWorker:
         os.environ.update(self.env)
         os.environ["RANK"] = str(rank)
         os.environ["LOCAL_RANK"] = str(local_rank)
-        from distbridge import _state
-        from distbridge.models.native import NativeModel
-
         init_kwargs = dict(self.init_kwargs)
         if "init_method" in init_kwargs:
             init_kwargs.update(rank=rank, world_size=int(self.env["WORLD_SIZE"]))
-        model = NativeModel.from_backend(self.backend, **init_kwargs)
-        _state.install(model)
-        try:
-            return self.fn(local_rank, *self.args, **self.kwargs)
-        finally:  # while an exception propagates, finalize leaves a failure note for the peers
-            if model.is_current():
-                model.finalize()
-            _state.reset()
+        model = self.make_model(self.backend, **init_kwargs)
+        with self.activate(model):
+            try:
+                return self.fn(local_rank, *self.args, **self.kwargs)
+            finally:  # while an exception propagates, finalize leaves a failure note for peers
+                if model.is_current():
+                    model.finalize()
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -77,12 +75,15 @@ def _positive_int(name: str, value: object) -> int:
 
 
 def spawn_native(
+    make_model: MakeModel,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs_dict: Mapping[str, Any],
     nproc_per_node: int,
     *,
     backend: str,
+    activate: Activate = contextlib.nullcontext,
+    gpu_problem: Callable[[int], str | None] | None = None,
     nnodes: int = 1,
     node_rank: int = 0,
     master_addr: str | None = None,
@@ -97,6 +98,11 @@ def spawn_native(
 ) -> list[Any]:
     """Run ``fn(local_rank, *args, **kwargs_dict)`` in ``nproc_per_node`` workers of a job of
     ``nnodes`` machines; return this machine's results in local-rank order.
+
+    Each worker joins the job as ``make_model(backend, ...)`` and runs ``fn``
+    inside ``activate(model)`` (the facade passes what makes the model the active one; it
+    must pickle by reference). ``gpu_problem(nproc)``, when given, says why this machine
+    cannot run the workers (NCCL with too few GPUs), before anything starts.
 
     ``tag_output`` and ``output_ranks`` say how the workers' output reaches the parent's
     (see `distbridge.launch._output`)."""
@@ -114,10 +120,9 @@ def spawn_native(
         not isinstance(master_port, int) or not 0 < master_port < 65536
     ):
         raise ValueError(f"master_port must be an int in 1..65535, got {master_port!r}.")
-    if backend == "nccl":
-        problem = nccl_gpu_problem(visible_gpus(), processes_on_node=nproc)
-        if problem is not None:
-            raise ValueError(f"spawn(nproc_per_node={nproc}): {problem}")
+    problem = None if gpu_problem is None else gpu_problem(nproc)
+    if problem is not None:
+        raise ValueError(f"spawn(nproc_per_node={nproc}): {problem}")
     output = plan_output(tag_output, output_ranks, nproc, nnodes * nproc)
     check_main_module(start_method)  # before the store: a worker importing an unguarded script
     if start_method != "fork":
@@ -155,7 +160,15 @@ def spawn_native(
     if init_method is not None:
         init_kwargs["init_method"] = init_method
     worker = _NativeWorker(
-        backend, fn, tuple(args), dict(kwargs_dict), env, node_rank * nproc, init_kwargs
+        make_model,
+        activate,
+        backend,
+        fn,
+        tuple(args),
+        dict(kwargs_dict),
+        env,
+        node_rank * nproc,
+        init_kwargs,
     )
     on_death = None if store is None else functools.partial(_tell_peers, store, world_size)
     try:

@@ -14,6 +14,7 @@ group at once, so nobody waits in a collective for it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import shutil
@@ -28,6 +29,7 @@ from typing import Any
 import torch
 
 from distbridge.errors import WorkerFailedError
+from distbridge.launch._joinable import Activate, MakeModel
 from distbridge.launch._worker_reports import sentence
 from distbridge.launch.pickling import check_picklable
 from distbridge.launch.supervisor import START_METHODS, _die_with_parent, run_workers
@@ -60,6 +62,9 @@ def _write(folder: str, local: int, report: Report | bytes) -> None:
 class _Replica:
     """What runs in every XLA replica: check the host, join, call ``fn``, report."""
 
+    make_model: MakeModel
+    activate: Activate
+    backend: str
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     kwargs: Mapping[str, Any]
@@ -103,17 +108,13 @@ class _Replica:
                 f"nproc_per_node={devices}, or limit the devices (TPU_VISIBLE_CHIPS, "
                 "CPU_NUM_DEVICES, ...)."
             )
-        from distbridge import _state
-        from distbridge.models.xla import BACKEND, XlaModel
-
-        model = XlaModel.from_backend(BACKEND)
-        _state.install(model)
-        try:
-            return self.fn(model.get_local_rank(), *self.args, **self.kwargs)
-        finally:
-            if model.is_current():
-                model.finalize()
-            _state.reset()
+        model = self.make_model(self.backend)
+        with self.activate(model):
+            try:
+                return self.fn(model.get_local_rank(), *self.args, **self.kwargs)
+            finally:
+                if model.is_current():
+                    model.finalize()
 
 
 def _error_report(ordinal: int, exc: BaseException) -> Report:
@@ -140,12 +141,14 @@ class _Launcher:
 
 
 def spawn_xla(
+    make_model: MakeModel,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs_dict: Mapping[str, Any],
     nproc_per_node: int,
     *,
     backend: str = "xla-tpu",
+    activate: Activate = contextlib.nullcontext,
     start_method: str = "spawn",
     job_timeout: float | None = None,
     join: bool = True,
@@ -153,7 +156,10 @@ def spawn_xla(
     node_rank: int = 0,
 ) -> list[Any]:
     """Run ``fn(local_rank, *args, **kwargs_dict)`` in every XLA replica of this host; return
-    their results in local-rank order (XLA tensors in them come back on the CPU)."""
+    their results in local-rank order (XLA tensors in them come back on the CPU).
+
+    Each replica joins as ``make_model(backend)`` and runs ``fn`` inside ``activate(model)``
+    (see `distbridge.launch._joinable`)."""
     if (
         isinstance(nproc_per_node, bool)
         or not isinstance(nproc_per_node, int)
@@ -174,7 +180,9 @@ def spawn_xla(
     if start_method != "fork":
         check_picklable(fn, args, kwargs_dict)
     folder = tempfile.mkdtemp(prefix="distbridge-xla-")
-    replica = _Replica(fn, tuple(args), dict(kwargs_dict), nproc_per_node, folder)
+    replica = _Replica(
+        make_model, activate, backend, fn, tuple(args), dict(kwargs_dict), nproc_per_node, folder
+    )
     try:
         try:
             run_workers(

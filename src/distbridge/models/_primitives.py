@@ -17,8 +17,8 @@ import torch
 from typing_extensions import Self
 
 from distbridge._types import SpawnResult
-from distbridge.models import _emulations as emulations
-from distbridge.models._barrier import CompletedBarrier
+from distbridge.algorithms import emulations
+from distbridge.reliability.timed_barrier import CompletedBarrier
 
 __all__ = ["BackendPrimitives"]
 
@@ -32,6 +32,7 @@ class BackendPrimitives(ABC):
         priority: detection order, highest first.
         context_module: the module whose import a context of this model needs, if any.
         spawn_options: keyword arguments ``spawn`` accepts besides ``backend``.
+        spawn_takes_activate: whether ``spawn`` takes the facade's ``activate=``.
         uncarried_dtypes: dtypes the backend cannot move or reduce; they are carried
             bit-exactly by the base class.
         reduce_ops: the reductions the model accepts (AVG is emulated unless
@@ -45,6 +46,9 @@ class BackendPrimitives(ABC):
     #: "horovod.torch"); until it is, the serial model skips this model's probe.
     context_module: ClassVar[str | None] = None
     spawn_options: ClassVar[tuple[str, ...]] = ()
+    #: whether ``spawn`` takes ``activate=`` from the facade (see ``spawn``); a model that
+    #: does not gets the keywords it always got, and its workers' contexts are adopted.
+    spawn_takes_activate: ClassVar[bool] = False
     uncarried_dtypes: ClassVar[frozenset[torch.dtype]] = frozenset()
     reduce_ops: ClassVar[frozenset[str]] = frozenset(
         ("SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "AVG")
@@ -92,12 +96,19 @@ class BackendPrimitives(ABC):
         nproc_per_node: int,
         **kwargs: Any,
     ) -> SpawnResult:
-        """Start ``nproc_per_node`` workers running ``fn(local_rank, *args, **kwargs_dict)``."""
+        """Start ``nproc_per_node`` workers running ``fn(local_rank, *args, **kwargs_dict)``.
+
+        The facade passes ``backend=``, and ``activate=`` to a model whose
+        ``spawn_takes_activate`` is True: a context-manager factory that pickles by
+        reference; each worker runs ``fn`` inside ``activate(model)``, so that the facade's
+        functions use the worker's own model. Other keywords are the model's spawn options.
+        """
 
     @classmethod
     def _check_spawn_options(cls, options: Mapping[str, Any]) -> None:
         """TypeError naming every keyword of ``spawn`` this model does not take."""
-        unknown = sorted(set(options) - {"backend", *cls.spawn_options})
+        given = {"backend", "activate"} if cls.spawn_takes_activate else {"backend"}
+        unknown = sorted(set(options) - given - set(cls.spawn_options))
         if unknown:
             raise TypeError(
                 f"spawn() got unexpected keyword arguments {unknown}; the {cls.name} model "

@@ -18,14 +18,18 @@ import torch
 from typing_extensions import Self
 
 from distbridge._types import Group
-from distbridge.models import _all_to_all
-from distbridge.models import _carriers as carriers
-from distbridge.models import _codec as codec
-from distbridge.models import _debug as debug
-from distbridge.models import _extra as extra
-from distbridge.models import _object_collectives as objects
-from distbridge.models import _values as values
-from distbridge.models._barrier import (
+from distbridge.algorithms import all_to_all as _all_to_all
+from distbridge.algorithms import carriers, codec, values
+from distbridge.algorithms import object_collectives as objects
+from distbridge.algorithms import reduce_gather_scatter as extra
+from distbridge.algorithms.checks import check_dense, check_reducible, divide_, write_back
+from distbridge.algorithms.fast_path import FastPath
+from distbridge.algorithms.groups import GroupCache
+from distbridge.algorithms.object_frames import Serializer
+from distbridge.models._primitives import BackendPrimitives
+from distbridge.reliability import debug
+from distbridge.reliability.stacks import StackWatcher
+from distbridge.reliability.timed_barrier import (
     CompletedBarrier,
     StoreBarrier,
     check_barrier_options,
@@ -33,12 +37,6 @@ from distbridge.models._barrier import (
     check_timeout,
     timed_barrier,
 )
-from distbridge.models._checks import check_dense, check_reducible, divide_, write_back
-from distbridge.models._fast_path import FastPath
-from distbridge.models._groups import GroupCache
-from distbridge.models._objects import Serializer
-from distbridge.models._primitives import BackendPrimitives
-from distbridge.models._stacks import StackWatcher
 
 __all__ = ["NOT_A_MEMBER", "ComputationModel"]
 
@@ -294,7 +292,7 @@ class ComputationModel(BackendPrimitives):
 
     def _check_collective(self, call: str, group: Any, **args: Any) -> None:
         """Debug mode: compare this collective with the other members' before running it;
-        `CollectiveMismatch` on every rank when they differ (see ``models/_debug.py``)."""
+        `CollectiveMismatch` on every rank when they differ (see ``reliability/debug.py``)."""
         self._debug_checker.check(self, call, group, args)
 
     def _set_debug(self, debug_flag: bool | None) -> Self:

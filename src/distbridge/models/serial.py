@@ -24,11 +24,11 @@ from typing_extensions import Self, override
 
 from distbridge import environments
 from distbridge._types import SpawnResult
+from distbridge.algorithms.groups import not_a_group
 from distbridge.errors import DistributedError
-from distbridge.models._groups import not_a_group
 from distbridge.models._layout import Layout, layout_from_env
-from distbridge.models._native_checks import check_group_options
 from distbridge.models.base import ComputationModel
+from distbridge.models.native.checks import check_group_options
 
 __all__ = ["SerialModel"]
 

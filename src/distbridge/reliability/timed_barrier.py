@@ -30,10 +30,10 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from distbridge.algorithms.groups import GroupCache
 from distbridge.errors import BarrierTimeout, DistributedError, PeerFailed
-from distbridge.models._fail_together import read_failure
-from distbridge.models._groups import GroupCache
-from distbridge.models._stacks import StackWatcher, dump
+from distbridge.reliability.fail_together import read_failure
+from distbridge.reliability.stacks import StackWatcher, dump
 
 if TYPE_CHECKING:
     from distbridge._types import Group

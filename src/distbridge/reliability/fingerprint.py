@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from distbridge.models import _codec as codec
+from distbridge.algorithms import codec
 
 __all__ = ["Fingerprint", "call_site", "describe"]
 

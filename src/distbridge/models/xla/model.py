@@ -34,17 +34,19 @@ import torch.distributed as dist
 from typing_extensions import Self, override
 
 from distbridge._types import SpawnResult
+from distbridge.algorithms import carriers
+from distbridge.algorithms.fold import all_reduce_by_fold
+from distbridge.algorithms.groups import not_a_group
 from distbridge.errors import BackendUnavailableError, DistributedError
-from distbridge.models import _carriers as carriers
-from distbridge.models import _coordination as coordination
-from distbridge.models._debug import debug_flag
-from distbridge.models._fold import all_reduce_by_fold
-from distbridge.models._groups import not_a_group
+from distbridge.launch.xla import spawn_xla
+from distbridge.models._default_group import default_pg as _default_pg
+from distbridge.models._engine_state import engines
 from distbridge.models._layout import Layout, LayoutQueries
-from distbridge.models._native_context import default_pg as _default_pg
-from distbridge.models._xla_dtypes import round_trips
-from distbridge.models._xla_install import BACKEND, IMPORT_FAILURE, import_modules, install_problem
 from distbridge.models.base import ComputationModel
+from distbridge.models.xla.dtypes import round_trips
+from distbridge.models.xla.install import BACKEND, IMPORT_FAILURE, import_modules, install_problem
+from distbridge.reliability import coordination
+from distbridge.reliability.debug import debug_flag
 
 __all__ = ["BACKEND", "SPAWN_OPTIONS", "XlaGroup", "XlaModel"]
 
@@ -82,9 +84,7 @@ class XlaModel(LayoutQueries, ComputationModel):
     backends: ClassVar[tuple[str, ...]] = (BACKEND,)
     priority: ClassVar[int] = 10  # an ``xla`` torch.distributed group is XLA's, not native's
     spawn_options: ClassVar[tuple[str, ...]] = SPAWN_OPTIONS
-    #: This process called finalize() inside an xmp.spawn replica, whose runtime cannot be torn
-    #: down; until initialize() runs again, the replica is not adopted again.
-    _left: ClassVar[bool] = False
+    spawn_takes_activate: ClassVar[bool] = True
 
     def __init__(self, pg: Any = None) -> None:
         super().__init__()
@@ -135,7 +135,7 @@ class XlaModel(LayoutQueries, ComputationModel):
         pg = _default_pg()
         if pg is not None:
             return str(dist.get_backend(pg)).lower() == "xla"
-        return not cls._left and _SPAWN_MARKER in os.environ
+        return not engines.xla_left and _SPAWN_MARKER in os.environ
 
     @classmethod
     @override
@@ -173,7 +173,7 @@ class XlaModel(LayoutQueries, ComputationModel):
             if pg is not None:
                 dist.destroy_process_group()
             raise
-        cls._left = False
+        engines.xla_left = False
         xm.rendezvous("distbridge.initialize")
         return model._set_debug(debug)
 
@@ -188,9 +188,7 @@ class XlaModel(LayoutQueries, ComputationModel):
         **kwargs: Any,
     ) -> SpawnResult:
         cls._check_spawn_options(kwargs)
-        from distbridge.launch.xla import spawn_xla  # the registry checked availability
-
-        return spawn_xla(fn, args, kwargs_dict, nproc_per_node, **kwargs)
+        return spawn_xla(cls.from_backend, fn, args, kwargs_dict, nproc_per_node, **kwargs)
 
     # ---- queries -----------------------------------------------------------------------------
 
@@ -211,7 +209,7 @@ class XlaModel(LayoutQueries, ComputationModel):
         if self._live and self._pg is not None and _default_pg() is self._pg:
             dist.destroy_process_group()
         self._live = False
-        type(self)._left = True
+        engines.xla_left = True
         self._groups.clear()
         self._store = None
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from distbridge.models import _carriers as carriers
+from distbridge.algorithms import carriers
 
 __all__ = ["round_trips"]
 

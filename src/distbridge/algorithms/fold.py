@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from distbridge.models import _carriers as carriers
-from distbridge.models._checks import divide_
+from distbridge.algorithms import carriers
+from distbridge.algorithms.checks import divide_
 
 if TYPE_CHECKING:
     from distbridge.models._primitives import BackendPrimitives

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from distbridge.models import _codec as codec
-from distbridge.models import _objects as objects
+from distbridge.algorithms import codec
+from distbridge.algorithms import object_frames as objects
 
 if TYPE_CHECKING:
     from distbridge.models.base import ComputationModel

@@ -199,6 +199,12 @@ def as_timeout(timeout: object) -> timedelta | None:
     raise TypeError(f"timeout must be a datetime.timedelta or seconds, got {timeout!r}.")
 
 
+def spawn_gpu_problem(processes_on_node: int) -> str | None:
+    """Why NCCL workers cannot start here, ``processes_on_node`` of them, or None if they can
+    (spawn asks before any worker starts)."""
+    return nccl_gpu_problem(visible_gpus(), processes_on_node=processes_on_node)
+
+
 def nccl_gpu_problem(
     gpus: int, *, processes_on_node: int | None = None, local_rank: int | None = None
 ) -> str | None:

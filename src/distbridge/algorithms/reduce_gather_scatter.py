@@ -19,11 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from distbridge.models import _carriers as carriers
-from distbridge.models import _codec as codec
-from distbridge.models import _shape_rows as shape_rows
-from distbridge.models._checks import check_dense, check_reducible, divide_, write_back
-from distbridge.models._groups import GroupCache
+from distbridge.algorithms import carriers, codec, shape_rows
+from distbridge.algorithms.checks import check_dense, check_reducible, divide_, write_back
+from distbridge.algorithms.groups import GroupCache
+from distbridge.algorithms.values import gather_values
 
 if TYPE_CHECKING:
     from distbridge.models.base import ComputationModel
@@ -119,8 +118,6 @@ def gather(
         return []
     is_dst = model.get_rank() == dst
     if not isinstance(x, torch.Tensor):
-        from distbridge.models._values import gather_values
-
         everything = gather_values(model, x, resolved)
         return everything if is_dst else []
     if same_shape:  # the caller vouches for the shapes: no exchange, nothing to trim

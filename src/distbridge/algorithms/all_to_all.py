@@ -12,10 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from distbridge.models import _carriers as carriers
-from distbridge.models import _codec as codec
-from distbridge.models import _shape_rows as shape_rows
-from distbridge.models._groups import GroupCache
+from distbridge.algorithms import carriers, codec, shape_rows
+from distbridge.algorithms.groups import GroupCache
 
 if TYPE_CHECKING:
     from distbridge.models.base import ComputationModel

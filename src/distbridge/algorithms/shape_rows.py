@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from distbridge.models import _codec as codec
+from distbridge.algorithms import codec
 
 if TYPE_CHECKING:
     from distbridge.models.base import ComputationModel

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from distbridge.models._groups import GroupCache
-from distbridge.models._objects import (
+from distbridge.algorithms.groups import GroupCache
+from distbridge.algorithms.object_frames import (
     Frame,
     Serializer,
     decode_frame,

@@ -19,16 +19,12 @@ from typing_extensions import Self, override
 
 from distbridge import environments
 from distbridge._types import SpawnResult
+from distbridge.algorithms.carriers import UNCARRIED_BY_C10D
+from distbridge.algorithms.fold import all_reduce_by_fold
+from distbridge.algorithms.groups import not_a_group
 from distbridge.errors import BackendUnavailableError, DistributedError
-from distbridge.models import _coordination as coordination
-from distbridge.models import _fail_together as fail_together
-from distbridge.models import _native_ops as ops
-from distbridge.models._carriers import UNCARRIED_BY_C10D
-from distbridge.models._connections import Connections
-from distbridge.models._debug import debug_flag
-from distbridge.models._failure_watch import FailureWatch, start_watch
-from distbridge.models._fold import all_reduce_by_fold
-from distbridge.models._groups import not_a_group
+from distbridge.launch.native import spawn_native
+from distbridge.models._default_group import default_pg as _default_pg
 from distbridge.models._layout import (
     Layout,
     LayoutQueries,
@@ -36,14 +32,18 @@ from distbridge.models._layout import (
     layout_from_env,
     visible_gpus,
 )
-from distbridge.models._native_checks import (
+from distbridge.models.base import ComputationModel
+from distbridge.models.native import ops
+from distbridge.models.native.checks import (
     backend_problem,
     check_group_options,
     optional_argument,
 )
-from distbridge.models._native_context import default_pg as _default_pg
-from distbridge.models._native_init import as_timeout, join_job
-from distbridge.models.base import ComputationModel
+from distbridge.models.native.init import as_timeout, join_job, spawn_gpu_problem
+from distbridge.reliability import coordination, fail_together
+from distbridge.reliability.connections import Connections
+from distbridge.reliability.debug import debug_flag
+from distbridge.reliability.failure_watch import FailureWatch, start_watch
 
 __all__ = ["NativeModel"]
 
@@ -73,6 +73,7 @@ class NativeModel(LayoutQueries, ComputationModel):
     priority: ClassVar[int] = 0
     uncarried_dtypes: ClassVar[frozenset[torch.dtype]] = UNCARRIED_BY_C10D
     spawn_options: ClassVar[tuple[str, ...]] = SPAWN_OPTIONS
+    spawn_takes_activate: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -175,9 +176,16 @@ class NativeModel(LayoutQueries, ComputationModel):
         **kwargs: Any,
     ) -> SpawnResult:
         cls._check_spawn_options(kwargs)
-        from distbridge.launch.native import spawn_native
-
-        return spawn_native(fn, args, kwargs_dict, nproc_per_node, **kwargs)
+        gpu_problem = spawn_gpu_problem if kwargs.get("backend") == "nccl" else None
+        return spawn_native(
+            cls.from_backend,
+            fn,
+            args,
+            kwargs_dict,
+            nproc_per_node,
+            gpu_problem=gpu_problem,
+            **kwargs,
+        )
 
     # ---- queries -----------------------------------------------------------------------------
 

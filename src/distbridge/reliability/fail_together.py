@@ -38,7 +38,7 @@ from torch._C._distributed_c10d import PrefixStore  # where torch defines it
 from torch.distributed import distributed_c10d as c10d
 
 from distbridge.errors import DistributedError, PeerFailed
-from distbridge.models._connections import Connections
+from distbridge.reliability.connections import Connections
 
 __all__ = [
     "Abortable",

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from distbridge.models import _fail_together as fail_together
-from distbridge.models._failure_watch import FailureWatch, start_watch
+from distbridge.reliability import fail_together
+from distbridge.reliability.failure_watch import FailureWatch, start_watch
 
 __all__ = ["HorovodFailTogether"]
 

@@ -27,9 +27,9 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from distbridge.algorithms import codec
 from distbridge.errors import CollectiveMismatch
-from distbridge.models import _codec as codec
-from distbridge.models._fingerprint import Fingerprint, call_site, describe
+from distbridge.reliability.fingerprint import Fingerprint, call_site, describe
 
 if TYPE_CHECKING:
     from distbridge.models.base import ComputationModel

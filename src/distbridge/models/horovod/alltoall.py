@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from typing_extensions import override
 
-from distbridge.models import _fail_together as fail_together
-from distbridge.models import _horovod_dtypes as hvd_dtypes
 from distbridge.models._primitives import BackendPrimitives
+from distbridge.models.horovod import dtypes as hvd_dtypes
+from distbridge.reliability import fail_together
 
 __all__ = ["HorovodAllToAll"]
 

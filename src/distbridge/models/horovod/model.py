@@ -19,19 +19,20 @@ import torch
 from typing_extensions import Self, override
 
 from distbridge._types import SpawnResult
+from distbridge.algorithms import carriers
+from distbridge.algorithms.fold import all_reduce_by_fold
+from distbridge.algorithms.groups import not_a_group
 from distbridge.errors import BackendUnavailableError, DistributedError
-from distbridge.models import _carriers as carriers
-from distbridge.models import _coordination as coordination
-from distbridge.models import _fail_together as fail_together
-from distbridge.models import _horovod_dtypes as hvd_dtypes
-from distbridge.models._debug import debug_flag
-from distbridge.models._fold import all_reduce_by_fold
-from distbridge.models._groups import not_a_group
-from distbridge.models._horovod_alltoall import HorovodAllToAll
-from distbridge.models._horovod_env import environ, hvd_module, mpi_outlives_shutdown, unavailable
-from distbridge.models._horovod_failure import HorovodFailTogether
+from distbridge.launch.horovod import spawn_horovod
+from distbridge.models._engine_state import engines
 from distbridge.models._layout import Layout, LayoutQueries, visible_gpus
 from distbridge.models.base import ComputationModel
+from distbridge.models.horovod import dtypes as hvd_dtypes
+from distbridge.models.horovod.alltoall import HorovodAllToAll
+from distbridge.models.horovod.env import environ, hvd_module, mpi_outlives_shutdown, unavailable
+from distbridge.models.horovod.failure import HorovodFailTogether
+from distbridge.reliability import coordination, fail_together
+from distbridge.reliability.debug import debug_flag
 
 __all__ = ["HorovodModel"]
 
@@ -49,13 +50,10 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
     backends: ClassVar[tuple[str, ...]] = ("horovod",)
     priority: ClassVar[int] = 20  # a Horovod job may also hold a torch process group
     spawn_options: ClassVar[tuple[str, ...]] = SPAWN_OPTIONS
+    spawn_takes_activate: ClassVar[bool] = True
     reduce_ops: ClassVar[frozenset[str]] = frozenset(
         ("SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "AVG", "ADASUM")
     )
-    #: how often this process called hvd.init() through distbridge (see _init_environ)
-    _initializations: ClassVar[int] = 0
-    #: whether a shutdown here finalized MPI, which cannot start again in this process
-    _mpi_finalized: ClassVar[bool] = False
 
     def __init__(self, layout: Layout) -> None:
         super().__init__()
@@ -125,7 +123,7 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
                 "Horovod is already initialized (hvd.init() was called); call "
                 "distbridge.finalize() before initialize('horovod'), or just use it as it is."
             )
-        if cls._mpi_finalized:
+        if engines.mpi_finalized:
             raise DistributedError(
                 "Horovod cannot start again in this process: its MPI controller finalized MPI "
                 "at finalize(), and MPI starts only once. Install mpi4py (distbridge then "
@@ -155,8 +153,8 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
         values = {_DYNAMIC_VAR: "1"}
         if os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR") and not os.environ.get("HOROVOD_ELASTIC"):
             host = os.environ.get("HOROVOD_HOSTNAME", "localhost")
-            values["HOROVOD_HOSTNAME"] = f"{host}.distbridge{cls._initializations}"
-        cls._initializations += 1
+            values["HOROVOD_HOSTNAME"] = f"{host}.distbridge{engines.horovod_initializations}"
+        engines.horovod_initializations += 1
         return values
 
     @classmethod
@@ -174,9 +172,7 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
         reason = unavailable()
         if reason is not None:
             raise BackendUnavailableError(f"Backend 'horovod' is not available: {reason}.")
-        from distbridge.launch.horovod import spawn_horovod
-
-        return spawn_horovod(fn, args, kwargs_dict, nproc_per_node, **kwargs)
+        return spawn_horovod(cls.from_backend, fn, args, kwargs_dict, nproc_per_node, **kwargs)
 
     # ---- queries -----------------------------------------------------------------------------
 
@@ -194,7 +190,7 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
         self._leave_job(current)  # before the shutdown: the peers learn why this rank left
         if current:
             if self._hvd.mpi_enabled() and not mpi_outlives_shutdown(self._hvd):
-                type(self)._mpi_finalized = True  # hvd.shutdown() ends MPI for this process
+                engines.mpi_finalized = True  # hvd.shutdown() ends MPI for this process
             self._hvd.shutdown()
         self._groups.clear()
         self._store = None

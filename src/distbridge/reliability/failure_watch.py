@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from distbridge.models._fail_together import job_root, read_failure, wake_key
+from distbridge.reliability.fail_together import job_root, read_failure, wake_key
 
 __all__ = ["FailureWatch", "start_watch"]
 

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from distbridge.models._carriers import as_bytes
+from distbridge.algorithms.carriers import as_bytes
 
 __all__ = [
     "Frame",

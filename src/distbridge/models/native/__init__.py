@@ -1,0 +1,8 @@
+"""The native model: torch.distributed (gloo, NCCL, MPI). `NativeModel` lives in ``model``;
+``init`` creates the default process group, ``checks`` and ``ops`` are its helpers."""
+
+from __future__ import annotations
+
+from distbridge.models.native.model import NativeModel
+
+__all__ = ["NativeModel"]
