@@ -8,8 +8,9 @@
 2. The failure watcher in a real gloo world of two (``spawn``): all_reduce latency with the
    watcher running and after it was stopped, alternating blocks.
 3. The watchers against one TCPStore, at 4 and 64 simulated ranks: a store round trip
-   (``add``) from another client while the watchers wait, versus none waiting; how long a
-   failure note takes to wake all of them; what finding a communicator's connections costs
+   (``add``) from another client while the watchers wait, versus none waiting; the store
+   requests they send while nothing fails (data segments counted by ``ss`` over 5 s); how
+   long a failure note takes to wake all of them; what finding a communicator's connections costs
    at initialize (``Connections.opening``).
 
 Usage (from the repository root)::
@@ -20,7 +21,9 @@ Usage (from the repository root)::
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
+import subprocess
 import threading
 import time
 import timeit
@@ -36,6 +39,8 @@ from distbridge.models.native import NativeModel
 from distbridge.reliability.connections import Connections, socket_inodes, tcp_connections
 from distbridge.reliability.fail_together import record_failure, translate_peer_failure
 from distbridge.reliability.failure_watch import FailureWatch
+
+IDLE_SECONDS = 5.0  # how long the watchers' requests are counted while nothing fails
 
 
 def main() -> None:
@@ -98,6 +103,11 @@ def watchers_on_one_store(ranks: int, repeats: int) -> None:
         for watch in watches:
             watch.stop()
     watches = [FailureWatch(client, rank, woken.release) for rank in range(ranks)]
+    time.sleep(0.5)  # every watcher has sent its wait
+    before = _data_segments_to(server.port)
+    time.sleep(IDLE_SECONDS)
+    sent = _data_segments_to(server.port) - before
+    rate = sent / IDLE_SECONDS / ranks
     start = time.perf_counter()
     record_failure(client, 0, "ValueError: bench", ranks)
     for _ in watches:
@@ -105,7 +115,18 @@ def watchers_on_one_store(ranks: int, repeats: int) -> None:
     wake = (time.perf_counter() - start) * 1e3
     print(f"{ranks:3d} watchers: store add median {statistics.median(busy):6.1f} µs "
           f"(none waiting: {statistics.median(idle):6.1f} µs); a note woke all in {wake:.1f} ms; "
-          "requests per second per rank while idle: 0 (one wait in flight)")  # fmt: skip
+          f"idle {IDLE_SECONDS:g} s: {sent} data segments sent to the store, "
+          f"{rate:.2f} requests per second per rank")  # fmt: skip
+
+
+def _data_segments_to(port: int) -> int:
+    """Data segments this machine's connections to ``port`` have sent (``ss -ti``, Linux):
+    an upper bound of the store requests sent over them."""
+    out = subprocess.run(
+        ["ss", "-tinH", "state", "established", f"( dport = :{port} )"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return sum(int(n) for n in re.findall(r"\bdata_segs_out:(\d+)", out))
 
 
 def connections_cost(repeats: int) -> None:

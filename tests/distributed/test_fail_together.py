@@ -141,10 +141,10 @@ def test_a_lingering_rank_under_torchrun(tmp_path: Path) -> None:
     assert left == []
 
 
-def _spawn_failure(folder: Path, mode: str) -> WorkerFailedError:
+def _spawn_failure(folder: Path, mode: str, debug: bool = False) -> WorkerFailedError:
     with pytest.raises(WorkerFailedError) as info:
         idist.spawn("gloo", targets.spawned, args=(str(folder), mode), nproc_per_node=WORLD,
-                    job_timeout=150)  # fmt: skip
+                    job_timeout=150, debug=debug)  # fmt: skip
     return info.value
 
 
@@ -180,4 +180,19 @@ def test_a_rank_killed_while_the_others_wait_in_a_barrier(tmp_path: Path) -> Non
     pids = [int(p.read_text()) for p in sorted(tmp_path.glob("worker-*.pid"))]
     left = [p for p in pids if not is_gone(p)]
     _record("spawn, rank 1 SIGKILLed, peers in a barrier", seconds, left)
+    assert_gone(pids, timeout=0)
+
+
+def test_a_lingering_rank_in_debug_mode(tmp_path: Path) -> None:
+    # The peers wait in the debug mode's fingerprint exchange (a store wait, not gloo): the
+    # failure note ends it, where the debug timeout (60 s) would have raised CollectiveMismatch.
+    error = _spawn_failure(tmp_path, "linger", debug=True)
+
+    assert error.rank == 1 and sorted(error.peer_reports) == [0, 2]
+    for report in error.peer_reports.values():
+        assert report.startswith("PeerFailed: Rank 1 failed: ValueError: rank 1 gives up."), report
+    where = "all_reduce (debug mode: collective #2 of the world)"  # the full text, in the record
+    seconds = _check_peers(tmp_path, "ValueError: rank 1 gives up", where)
+    pids = [int(p.read_text()) for p in sorted(tmp_path.glob("worker-*.pid"))]
+    _record("spawn, debug mode, rank 1 raises", seconds, [p for p in pids if not is_gone(p)])
     assert_gone(pids, timeout=0)

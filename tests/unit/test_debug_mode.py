@@ -16,8 +16,8 @@ from torch._C._distributed_c10d import HashStore, PrefixStore  # where torch def
 
 import distbridge as idist
 from distbridge import _state
-from distbridge.errors import CollectiveMismatch
-from distbridge.reliability import debug
+from distbridge.errors import CollectiveMismatch, PeerFailed
+from distbridge.reliability import debug, fail_together
 from distbridge.reliability.fingerprint import Fingerprint, describe
 
 pytestmark = pytest.mark.timeout(60)
@@ -288,3 +288,20 @@ def test_collective_mismatch_survives_pickling() -> None:
         {0: "a.py:1 in f"},
         (1,),
     )
+
+
+@pytest.mark.timeout(20)  # the debug timeout below is 60 s: waiting it out fails the test
+def test_a_failure_note_ends_the_wait_with_peer_failed() -> None:
+    store = PrefixStore("distbridge", HashStore())
+    fail_together.record_failure(store, 1, "ValueError: bad batch")
+    with pytest.raises(PeerFailed) as info:
+        debug._exchange(store, "debug/world/0/", 0, _print("barrier"), 60.0, "collective #1")
+    assert info.value.rank == 1 and info.value.summary == "ValueError: bad batch"
+    assert "Rank 0 stopped in barrier (debug mode: collective #1) because of it" in str(info.value)
+
+
+def test_a_failure_note_left_after_everyone_arrived_changes_nothing() -> None:
+    store = HashStore()
+    fail_together.record_failure(store, 1, "ValueError: bad batch")
+    outcome = _both(store, lambda r: _print("barrier"), 5.0)
+    assert outcome == {0: None, 1: None}

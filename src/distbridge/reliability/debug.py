@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -28,7 +29,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from distbridge.algorithms import codec
-from distbridge.errors import CollectiveMismatch
+from distbridge.errors import CollectiveMismatch, PeerFailed
+from distbridge.reliability.fail_together import read_failure
 from distbridge.reliability.fingerprint import Fingerprint, call_site, describe
 
 if TYPE_CHECKING:
@@ -50,6 +52,8 @@ DEFAULT_TIMEOUT = 60.0
 _ON = ("1", "true", "yes", "on")
 _OFF = ("", "0", "false", "no", "off")
 _OK = "ok"
+#: how often a rank waiting for its peers' fingerprints looks for a failure note (seconds)
+_NOTE_SECONDS = 1.0
 
 
 def enabled_by_env() -> bool:
@@ -180,9 +184,8 @@ def _exchange(
     keys = {r: f"{prefix}{r}" for r in members}
     store.set(keys[rank], mine.to_json())
     verdict = _OK
-    try:
-        store.wait([keys[r] for r in members if r != rank], timedelta(seconds=timeout))
-    except RuntimeError:  # DistStoreError: the timeout ran out
+    others = [keys[r] for r in members if r != rank]
+    if not _arrived(store, others, timeout, rank, f"{mine.call} (debug mode: {where})"):
         missing = [r for r in members if not store.check([keys[r]])]
         if missing:
             verdict = json.dumps({"waiter": rank, "missing": missing})
@@ -197,6 +200,30 @@ def _exchange(
             store.delete_key(key)
     if not all(p.agrees_with(mine) for p in prints.values()):
         raise _mismatch_error(prints, where)
+
+
+def _arrived(store: Any, keys: list[str], timeout: float, rank: int, where: str) -> bool:
+    """Wait up to ``timeout`` seconds for ``keys``; False when the time ran out. Every
+    ``_NOTE_SECONDS`` of waiting, look for a failure note (a rank that failed will never
+    arrive): `PeerFailed` naming it, as the collective itself would raise."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            store.wait(keys, timedelta(seconds=max(min(left, _NOTE_SECONDS), 0.001)))
+            return True
+        except RuntimeError:  # DistStoreError: this slice of the timeout ran out
+            note = read_failure(store)
+            if note is not None:
+                failed, summary = note
+                raise PeerFailed(
+                    failed,
+                    summary,
+                    f"Rank {rank} stopped in {where} because of it; rank {failed}'s own "
+                    "error says why.",
+                ) from None
+            if left <= _NOTE_SECONDS:
+                return False
 
 
 def _decode(raw: Mapping[int, bytes]) -> dict[int, Fingerprint]:
