@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -19,9 +20,13 @@ import torch.distributed as dist
 
 import distbridge as idist
 from distbridge.testing import run_distributed
+from tests.differential.dict_cases import DICT_FUNCTIONS
+from tests.differential.object_cases import FUNCTIONS as OBJECT_FUNCTIONS
 from tests.distributed import checks
+from tests.distributed import differential_tensor_targets as tensor_targets
 from tests.distributed import fail_together_targets as targets
 from tests.distributed.check_runs import PerRank, failures, run_per_world_size
+from tests.distributed.differential_object_targets import run_dict_cases, run_object_cases
 from tests.distributed.test_debug_mode import DISAGREE_ON_PURPOSE
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -53,6 +58,45 @@ def test_check(nccl_results: dict[int, PerRank], world_size: int, check: str) ->
     assert len(per_rank) == world_size
     failed = failures(per_rank, [check])
     assert not failed, failed
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_differential_tensors_on_nccl(tmp_path: Path, world_size: int) -> None:
+    # The generated cases of tests/distributed/test_differential_tensors_gloo.py, with every
+    # tensor on this rank's GPU, against the exact answer each rank computes.
+    reports = run_distributed(
+        tensor_targets.run_tensor_differential,
+        backend="nccl",
+        world_size=world_size,
+        args=(str(tmp_path / "store"), 12, 60.0),
+        kwargs={"on_device": True},
+        timeout=500,
+    )
+    mismatches = [m for report in reports for m in report["mismatches"]]
+    print(f"\nNCCL, {world_size} rank(s): {reports[0]['cases']} tensor cases on each rank")
+    assert len({r["digest"] for r in reports}) == 1
+    assert not mismatches, "\n".join(" | ".join(m) for m in mismatches[:40])
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+@pytest.mark.parametrize(
+    ("body", "functions", "count"),
+    [(run_object_cases, OBJECT_FUNCTIONS, 250), (run_dict_cases, DICT_FUNCTIONS, 150)],
+    ids=["objects", "dicts"],
+)
+def test_differential_objects_on_nccl(
+    tmp_path: Path, world_size: int, body: Any, functions: tuple[str, ...], count: int
+) -> None:
+    # The object collectives and metric dicts of test_differential_objects_gloo.py on NCCL
+    # (objects travel through NCCL's CPU side group) against pickle round trips and sums.
+    results = run_distributed(
+        body, backend="nccl", world_size=world_size, args=(count, str(tmp_path / "store")),
+        timeout=400,
+    )  # fmt: skip
+    for ran, per_function, _ in results:
+        assert ran == count and set(per_function) == set(functions), per_function
+    found = [line for _, _, lines in results for line in lines]
+    assert not found, "\n".join(found[:20])
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
@@ -142,6 +186,7 @@ def test_the_abort_path_in_a_world_of_one(tmp_path: Path) -> None:
     _, aborted, after, finalized = line.split()
     print(f"\nNCCL abort: {float(aborted):.3f} s; next all_reduce: {after}; finalize {finalized} s")
     assert float(aborted) < 10 and float(finalized) < 10, line
+    assert after != "no error", "an all_reduce on an aborted communicator must fail"
 
 
 @pytest.mark.skipif(GPUS < 3, reason=f"needs 3 GPUs for three NCCL ranks, found {GPUS}")
