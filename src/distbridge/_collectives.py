@@ -53,7 +53,9 @@ def all_reduce(tensor: Any, op: str = "SUM", group: Group | None = None) -> Any:
             in float64, a bool stays a bool under AND / OR / MIN / MAX).
         op: "SUM", "PRODUCT", "MIN", "MAX", "AND", "OR" (bitwise on ints) or "AVG" (also
             "AVERAGE"; floats only for tensors; a number's average is a float).
-            Case-insensitive. Horovod adds "ADASUM".
+            Case-insensitive. Horovod adds "ADASUM". MIN and MAX of floats are IEEE
+            754-2019's minimum and maximum on every backend: a NaN on any rank gives NaN,
+            and -0.0 is below 0.0 (torch's gloo keeps whichever comes first in rank order).
         group: None for every rank, a list of ranks (the group is created once and cached),
             or a backend group object. Ranks outside the group get ``tensor`` back unchanged.
 

@@ -51,10 +51,10 @@ __all__ = [
 #: a different number of dims on different ranks (issue 16): their uneven cases draw each
 #: tensor's ndim apart. Off: one ndim per case.
 DIFFERENT_NDIMS_PER_RANK = True
-#: gloo's MIN / MAX keep whichever operand comes first when one is NaN or both are zeros of
-#: different signs, so the answer depends on the rank order (see the report in issue 16).
-#: Turn on once distbridge defines them (e.g. NaN propagates, as ``torch.minimum`` does).
-NAN_AND_SIGNED_ZERO_IN_MIN_MAX = False
+#: Float MIN / MAX cases draw NaN and -0.0 too: distbridge defines them on every backend as
+#: IEEE 754-2019's minimum / maximum (a NaN wins, -0.0 < 0.0; ``algorithms/carriers.py``),
+#: where gloo alone keeps whichever operand comes first. Off: no NaN or -0.0 in them.
+NAN_AND_SIGNED_ZERO_IN_MIN_MAX = True
 
 #: The dtypes every model must send and reduce: the table ``safe_mode`` and the shape rows
 #: share (docs/differences.md, "Nothing received is evaluated").

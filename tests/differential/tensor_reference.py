@@ -79,6 +79,15 @@ def reduce_exact(values: list[torch.Tensor], op: str) -> torch.Tensor:
     return torch.from_numpy(np.array(acc, dtype=arrays[0].dtype))
 
 
+def ieee_min_max(op: str, a: Any, b: Any) -> Any:
+    """IEEE 754-2019 minimum / maximum, element-wise: a NaN wins, -0.0 is below 0.0 (what
+    distbridge defines for float MIN / MAX on every backend)."""
+    picked = (np.minimum if op == "MIN" else np.maximum)(a, b)  # propagates NaN
+    zeros = (a == 0) & (b == 0)
+    negative = np.signbit(a) | np.signbit(b) if op == "MIN" else np.signbit(a) & np.signbit(b)
+    return np.where(zeros, np.where(negative, -0.0, 0.0), picked)
+
+
 def _reduce_floats(parts: list[np.ndarray[Any, Any]], op: str, dtype: torch.dtype) -> torch.Tensor:
     """The float64 fold of ``reduce_exact``, rounded once to ``dtype``."""
     acc = parts[0]
@@ -86,7 +95,7 @@ def _reduce_floats(parts: list[np.ndarray[Any, Any]], op: str, dtype: torch.dtyp
         if op == "PRODUCT":
             acc = _complex_product(acc, part) if dtype.is_complex else acc * part
         elif op in ("MIN", "MAX"):
-            acc = (np.minimum if op == "MIN" else np.maximum)(acc, part)
+            acc = ieee_min_max(op, acc, part)
         else:
             acc = acc + part
     if op == "AVG":
@@ -112,6 +121,8 @@ def _reduce_numbers(values: list[Any], op: str) -> Any:
             acc = acc + v
         elif op == "PRODUCT":
             acc = acc * v
+        elif op in ("MIN", "MAX") and isinstance(acc, float):
+            acc = float(ieee_min_max(op, np.float64(acc), np.float64(v)))
         elif op == "MIN":
             acc = min(acc, v)
         elif op == "MAX":
@@ -361,6 +372,8 @@ def torch_has(case: TensorCase, world: int) -> bool:
         return False
     if dtype.is_complex and (case.func == "gather" or case.op not in (None, "SUM", "AVG")):
         return False  # gloo gathers no complex; torch reduces complex by SUM and AVG only
+    if case.op in ("MIN", "MAX") and dtype.is_floating_point and case.specials:
+        return False  # gloo's MIN / MAX of a NaN or -0.0 follow the rank order; ours are IEEE's
     if dtype.is_complex and case.op == "AVG" and case.func != "all_reduce" and case.specials:
         return False  # torch's reduce / reduce_scatter divide a complex AVG as complex numbers
     if case.func in ("gather", "scatter", "all_gather_tensors_with_shapes"):

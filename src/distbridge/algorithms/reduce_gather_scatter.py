@@ -88,9 +88,7 @@ def reduce(model: ComputationModel, x: Any, dst: int, op: str, group: Any) -> An
     is_dst = model.get_rank() == dst
     if not is_dst and work is x:
         work = work.clone()  # backends may use non-destination buffers as scratch space
-    back = None
-    if work.dtype in model.uncarried_dtypes:
-        work, back = carriers.reduce_carrier(work, name)
+    work, back = carriers.reduction_carrier(work, name, model.uncarried_dtypes)
     sent_op = "SUM" if name == "AVG" and not model._native_avg() else name
     out = model._do_reduce(work, dst, sent_op, resolved)
     if not is_dst:
@@ -349,9 +347,7 @@ def reduce_scatter(model: ComputationModel, tensor: Any, op: str, group: Any) ->
     size = model._group_size(resolved)
     shape_rows.check_equal_chunks("reduce_scatter", tensor, size, "")
     work = model._to_placement(tensor)
-    back = None
-    if work.dtype in model.uncarried_dtypes:
-        work, back = carriers.reduce_carrier(work, name)
+    work, back = carriers.reduction_carrier(work, name, model.uncarried_dtypes)
     sent_op = "SUM" if name == "AVG" and not model._native_avg() else name
     out = model._do_reduce_scatter(work, sent_op, resolved)
     if sent_op != name:

@@ -98,7 +98,11 @@ class ComputationModel(BackendPrimitives):
         value = float(x) if dtype is torch.float64 else codec.encode_number(x, kind)
         # Made where the backend reduces it, in a dtype it carries: no _reduce_tensor detour.
         tensor = torch.tensor([value], dtype=dtype, device=self._number_device(dtype))
-        result = self._number_value(self._reduce_placed(tensor, name, resolved))
+        if dtype is torch.float64 and name in ("MIN", "MAX"):  # IEEE: NaN wins, -0.0 < 0.0
+            keys, back = carriers.ordered_carrier(tensor, name)
+            result = self._number_value(back(self._reduce_placed(keys, name, resolved)))
+        else:
+            result = self._number_value(self._reduce_placed(tensor, name, resolved))
         if name == "AVG" or kind == codec.KIND_FLOAT:
             return float(result)
         if kind == codec.KIND_BOOL and name in ("AND", "OR", "MIN", "MAX"):
@@ -330,10 +334,7 @@ class ComputationModel(BackendPrimitives):
         return x if self.get_rank() == src else write_back(x, out)
 
     def _reduce_tensor(self, x: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        work = self._to_placement(x)
-        back = None
-        if work.dtype in self.uncarried_dtypes:
-            work, back = carriers.reduce_carrier(work, op)
+        work, back = carriers.reduction_carrier(self._to_placement(x), op, self.uncarried_dtypes)
         out = self._reduce_placed(work, op, group)
         return write_back(x, out if back is None else back(out))
 
@@ -350,6 +351,7 @@ class ComputationModel(BackendPrimitives):
         direct = (
             self._placement(x) == x.device
             and x.dtype not in self.uncarried_dtypes
+            and (name not in ("MIN", "MAX") or x.dtype not in carriers.ORDERED_FLOATS)
             and (name != "AVG" or self._native_avg())
         )
         if direct:
