@@ -1,7 +1,9 @@
 """Running drawn cases on every rank of a live world in lockstep.
 
 Every rank draws the same cases (hypothesis, derandomized: its seed is a hash of the test
-function, so every process draws alike) and checks that it did over a FileStore. Each case
+function, so every process draws alike) and checks that it did over a FileStore. To explore
+other cases, set ``DISTBRIDGE_DIFFERENTIAL_SEED`` to an integer: every process (workers
+inherit it) then draws from that one seed instead, still alike; a failure names the seed. Each case
 holds every rank's input, so each rank computes its own expected answer locally. After each
 case every rank waits over the store until all finished it: a case that hangs fails the job
 with its label instead of desynchronizing the next one.
@@ -10,17 +12,28 @@ with its label instead of desynchronizing the next one.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
 import torch.distributed as dist
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 import distbridge as idist
 
-__all__ = ["digest", "draw_examples", "run_in_lockstep"]
+__all__ = ["SEED_VARIABLE", "digest", "draw_examples", "run_in_lockstep", "seed_note"]
+
+#: an integer here makes every process draw the cases from it (default: derandomized)
+SEED_VARIABLE = "DISTBRIDGE_DIFFERENTIAL_SEED"
+
+
+def seed_note() -> str:
+    """How the cases were drawn, for a failure message."""
+    chosen = os.environ.get(SEED_VARIABLE)
+    return f"{SEED_VARIABLE}={chosen}" if chosen else "derandomized (no seed set)"
+
 
 C = TypeVar("C")
 
@@ -30,9 +43,11 @@ def draw_examples(strategy: st.SearchStrategy[C], count: int) -> list[C]:
     same modules (hypothesis is derandomized and nothing else decides what it draws)."""
     drawn: list[C] = []
 
+    chosen = os.environ.get(SEED_VARIABLE)
+
     @settings(
         max_examples=count,
-        derandomize=True,
+        derandomize=not chosen,
         database=None,
         deadline=None,
         phases=[Phase.generate],
@@ -42,7 +57,7 @@ def draw_examples(strategy: st.SearchStrategy[C], count: int) -> list[C]:
     def collect(example: C) -> None:
         drawn.append(example)
 
-    collect()
+    (seed(int(chosen))(collect) if chosen else collect)()
     return drawn
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from distbridge.testing import run_distributed
+from tests.differential import lockstep
 from tests.differential.dict_cases import DICT_FUNCTIONS
 from tests.differential.object_cases import FUNCTIONS
 from tests.distributed.differential_object_targets import run_dict_cases, run_object_cases
@@ -40,4 +41,4 @@ def test_results_match_the_reference(run: str, world_size: int, tmp_path: Path) 
         assert set(per_function) == set(functions), per_function
     found = [line for _, _, lines in results for line in lines]
     print(f"\n{run} on {world_size} gloo ranks: {count} cases, per function {results[0][1]}")
-    assert not found, "\n".join(found[:20])
+    assert not found, lockstep.seed_note() + "\n" + "\n".join(found[:20])

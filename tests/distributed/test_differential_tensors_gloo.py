@@ -18,6 +18,7 @@ import pytest
 
 from distbridge.models import NativeModel
 from distbridge.testing import run_distributed
+from tests.differential import lockstep
 from tests.differential import tensor_cases as tc
 from tests.distributed import differential_tensor_targets as targets
 
@@ -63,7 +64,9 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 def test_every_result_is_exact(run: Run) -> None:
     mismatches = [m for report in run.reports for m in report["mismatches"]]
     shown = "\n".join(" | ".join(m) for m in mismatches[:40])
-    assert not mismatches, f"{len(mismatches)} mismatches (label | expected | got):\n{shown}"
+    assert not mismatches, (
+        f"{len(mismatches)} mismatches ({lockstep.seed_note()}; label | expected | got):\n{shown}"
+    )
 
 
 def test_every_rank_ran_the_same_cases(run: Run) -> None:

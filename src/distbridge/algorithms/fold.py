@@ -37,6 +37,10 @@ def fold(rows: torch.Tensor, op: str) -> torch.Tensor:
     elif (dtype.itemsize == 1 and dtype.is_floating_point) or dtype is torch.complex32:
         wide = torch.complex64 if dtype.is_complex else torch.float32  # no CPU arithmetic
         rows, back = rows.to(wide), lambda out: out.to(dtype)
+    if op in ("MIN", "MAX") and rows.dtype in carriers.ORDERED_FLOATS:  # IEEE, as everywhere
+        rows, from_keys = carriers.ordered_carrier(rows, op)
+        to_dtype = back
+        back = from_keys if to_dtype is None else (lambda out: to_dtype(from_keys(out)))
     parts = rows.is_complex() and op in ("SUM", "AVG")
     if parts:  # part by part: torch's complex add turns inf + finite into NaN in the other part
         rows = torch.view_as_real(rows)
