@@ -47,7 +47,7 @@ def lint(session: nox.Session) -> None:
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package."""
     session.install(*CONSTRAINTS, "-e", ".[lint]")
-    session.run("mypy", "--strict", "src/distbridge")
+    session.run("mypy", "--strict", "src/distbridge", "src/distbridge_pytest.py")
 
 
 @nox.session

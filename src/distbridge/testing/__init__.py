@@ -1,4 +1,13 @@
-"""Helpers for testing code that uses distbridge, in your own test suite."""
+"""Helpers for testing code that uses distbridge, in your own test suite.
+
+- `run_distributed`: run a function once on fresh ranks (one job per call);
+- `WarmWorld` / `WorldPool`: ranks that start once and run many test functions; the pytest
+  plugin (the module ``distbridge_pytest``, ``@pytest.mark.distbridge``) runs tests on them;
+- `telemetry.record`: what each collective of a block moved, how long it took, from where;
+- `faults.inject`: make a rank raise, exit, die, sleep, skip a collective or send a wrong
+  shape or dtype at its n-th call of a collective;
+- `reset_state`: forget distbridge's state between tests.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +16,19 @@ from typing import Any
 
 from distbridge import _api, _state
 from distbridge._registry import registry
+from distbridge.testing import faults, telemetry
+from distbridge.testing.warm_world import RanksFailedError, WarmWorld, WorldPool, WorldRun
 
-__all__ = ["reset_state", "run_distributed"]
+__all__ = [
+    "RanksFailedError",
+    "WarmWorld",
+    "WorldPool",
+    "WorldRun",
+    "faults",
+    "reset_state",
+    "run_distributed",
+    "telemetry",
+]
 
 
 def run_distributed(

@@ -1,0 +1,204 @@
+"""Interposing on one model's public collectives: the mechanism under telemetry and faults.
+
+While a `Layer` is installed on a model, each collective it asks for is shadowed by an
+instance attribute (a plain function) that hands the call to the layer. The facade calls
+``current().all_reduce(...)``, and Python finds an instance attribute before the class's
+method, so the layer sees every call through the facade; removing the attributes leaves the
+model as it was. Without a layer nothing is on the path: no flag, no check.
+
+Layers stack: each installed layer wraps the one installed before it (the last one is the
+outermost), and they may leave in any order (the wrappers are rebuilt from the layers left).
+A collective that the model runs inside another (``reduce`` of a number runs ``all_reduce``)
+reaches each layer as its outer call only.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, Final
+
+from distbridge.errors import suggest
+from distbridge.models import ComputationModel
+
+__all__ = [
+    "OPS",
+    "SPECS",
+    "Layer",
+    "OpSpec",
+    "caller_site",
+    "check_op",
+    "installed",
+]
+
+# The public collectives of ComputationModel, each a facade function of the same name.
+OPS: Final = (
+    "all_reduce",
+    "all_gather",
+    "broadcast",
+    "barrier",
+    "reduce",
+    "gather",
+    "scatter",
+    "reduce_scatter",
+    "all_to_all",
+    "all_gather_tensors_with_shapes",
+    "all_gather_object",
+    "gather_object",
+    "broadcast_object",
+    "scatter_object",
+)
+_PACKAGE: Final = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_KEY: Final = "_distbridge_interposed"  # the model's instance attribute that holds the layers
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """Where a collective's data and group arguments are (read from its signature)."""
+
+    name: str
+    payload: int | None  # position of the data argument (the first one); None: barrier
+    payload_name: str | None
+    group: int  # position of ``group``
+
+    def payload_of(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The data argument of a call, or None."""
+        if self.payload is None:
+            return None
+        if len(args) > self.payload:
+            return args[self.payload]
+        return kwargs.get(self.payload_name or "")
+
+    def group_of(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The ``group`` argument of a call (None: the world)."""
+        return args[self.group] if len(args) > self.group else kwargs.get("group")
+
+    def with_payload(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], value: Any
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The call's arguments with the data argument replaced by ``value``."""
+        if self.payload is None or self.payload_name is None:
+            return args, kwargs
+        if len(args) > self.payload:
+            return (*args[: self.payload], value, *args[self.payload + 1 :]), kwargs
+        return args, {**kwargs, self.payload_name: value}
+
+
+def _spec(name: str) -> OpSpec:
+    params = list(inspect.signature(getattr(ComputationModel, name)).parameters)[1:]  # no self
+    group = params.index("group")
+    if name == "barrier":
+        return OpSpec(name, None, None, group)
+    return OpSpec(name, 0, params[0], group)
+
+
+SPECS: Final = {name: _spec(name) for name in OPS}
+
+
+def check_op(op: object) -> str:
+    """``op`` if it names a collective; TypeError or ValueError (with a suggestion) if not."""
+    if not isinstance(op, str):
+        raise TypeError(f"op must be the name of a collective (a str), got {op!r}.")
+    if op not in SPECS:
+        raise ValueError(
+            f"op={op!r} is not a distbridge collective. Choose one of: "
+            f"{', '.join(OPS)}.{suggest(op, OPS)}"
+        )
+    return op
+
+
+def caller_site(frame: FrameType | None) -> str:
+    """``file:line`` of the first frame from ``frame`` outwards that is outside distbridge."""
+    while frame is not None and frame.f_back is not None:
+        if not frame.f_code.co_filename.startswith(_PACKAGE):
+            break
+        frame = frame.f_back
+    if frame is None:
+        return "?"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+class Layer(ABC):
+    """Sees the outermost calls of the collectives in `ops` of the model it is installed on."""
+
+    ops: Iterable[str] = OPS
+
+    def __init__(self) -> None:
+        self._depth = 0  # > 0 while one of this layer's calls runs
+
+    @abstractmethod
+    def intercept(
+        self,
+        spec: OpSpec,
+        proceed: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """Handle one call: usually ``return proceed(*args, **kwargs)``, around what the
+        layer adds."""
+
+
+@dataclass
+class _Installed:
+    base: dict[str, Any]  # the instance attributes the ops had before the first layer
+    layers: list[Layer] = field(default_factory=list)
+
+
+def _wrap(layer: Layer, spec: OpSpec, inner: Callable[..., Any]) -> Callable[..., Any]:
+    intercept = layer.intercept
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if layer._depth:  # a collective the model runs inside one this layer already sees
+            return inner(*args, **kwargs)
+        layer._depth += 1
+        try:
+            return intercept(spec, inner, args, kwargs)
+        finally:
+            layer._depth -= 1
+
+    call.__name__ = call.__qualname__ = spec.name
+    call.__doc__ = getattr(inner, "__doc__", None)
+    return call
+
+
+def _rebuild(model: ComputationModel, state: _Installed) -> None:
+    attrs = vars(model)
+    for name in OPS:
+        wrapped: Any = state.base.get(name)
+        layered = False
+        for layer in state.layers:
+            if name in layer.ops:
+                if wrapped is None:
+                    wrapped = getattr(type(model), name).__get__(model)
+                wrapped = _wrap(layer, SPECS[name], wrapped)
+                layered = True
+        if layered or name in state.base:
+            attrs[name] = wrapped
+        else:
+            attrs.pop(name, None)
+
+
+@contextmanager
+def installed(layer: Layer, model: ComputationModel) -> Iterator[ComputationModel]:
+    """Interpose ``layer`` on ``model``'s collectives for the block; removed on exit."""
+    attrs = vars(model)
+    state = attrs.get(_KEY)
+    if not isinstance(state, _Installed):
+        state = _Installed({name: attrs[name] for name in OPS if name in attrs})
+        attrs[_KEY] = state
+    if layer in state.layers:
+        raise RuntimeError(f"{layer!r} is already installed; leave its block before reusing it.")
+    state.layers.append(layer)
+    _rebuild(model, state)
+    try:
+        yield model
+    finally:
+        state.layers.remove(layer)
+        _rebuild(model, state)
+        if not state.layers:
+            del attrs[_KEY]

@@ -1,0 +1,65 @@
+"""A warm world's ranks as the parent sees them: process, pipe, log; and how they end."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Member", "death", "kill_ranks", "log_size", "read_log"]
+
+
+@dataclass
+class Member:
+    """One rank: its process, the parent's end of its pipe, its log file."""
+
+    process: Any  # multiprocessing's SpawnProcess
+    conn: Connection
+    log: Path
+
+
+def kill_ranks(members: list[Member], folder: str) -> None:
+    """SIGKILL each rank's process group, reap the ranks, remove their logs."""
+    for member in members:
+        pid = member.process.pid
+        with contextlib.suppress(ProcessLookupError, PermissionError, TypeError):
+            os.killpg(pid, signal.SIGKILL)
+        if member.process.exitcode is None:  # not in its own group yet
+            with contextlib.suppress(ProcessLookupError, PermissionError, TypeError):
+                os.kill(pid, signal.SIGKILL)
+    for member in members:
+        member.process.join()
+        member.conn.close()
+    members.clear()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def log_size(path: Path) -> int:
+    """The size of a rank's log (0 before it exists)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def read_log(path: Path, start: int) -> str:
+    """What a rank wrote to its log from byte ``start`` on."""
+    try:
+        with path.open("rb") as log:
+            log.seek(start)
+            return log.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def death(exitcode: int) -> str:
+    """How a rank that ended without a word ended: "was killed by signal SIGKILL"."""
+    if exitcode < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by signal {signal.Signals(-exitcode).name}"
+    return f"exited with code {exitcode}"

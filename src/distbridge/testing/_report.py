@@ -1,0 +1,108 @@
+"""What a test did on every rank of a warm world, and the failure report that says so."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from distbridge.errors import DistributedError
+from distbridge.testing._protocol import Outcome
+
+__all__ = ["RanksFailedError", "WorldRun"]
+
+_PEER_FAILED = "PeerFailed"
+
+
+class RanksFailedError(DistributedError):
+    """A test failed, or ran past its timeout, on one or more ranks of a warm world.
+
+    The message holds every rank's traceback (or Python stack, for ranks that were stopped).
+    """
+
+
+@dataclass
+class WorldRun:
+    """One test on every rank of a warm world.
+
+    Attributes:
+        name: the test function's name.
+        world: the world, in words ("2 gloo ranks").
+        outcomes: what each rank that finished reported, in the order they came.
+        stopped: the ranks still running when the test was cut off (timeout or failure).
+        timeout: the test's timeout in seconds.
+        timed_out: the ranks were stopped at the timeout (not after another rank failed).
+        stacks: the Python stack of each stopped rank.
+        outputs: what each rank wrote on stdout and stderr during the test.
+        replaced: the world was stopped after the test; the next test starts a fresh one.
+    """
+
+    name: str
+    world: str
+    outcomes: list[Outcome]
+    stopped: list[int] = field(default_factory=list)
+    timeout: float = 0.0
+    timed_out: bool = False
+    stacks: dict[int, str] = field(default_factory=dict)
+    outputs: dict[int, str] = field(default_factory=dict)
+    replaced: bool = False
+
+    @property
+    def passed(self) -> bool:
+        """Every rank returned from the test function."""
+        return not self.stopped and all(outcome.passed for outcome in self.outcomes)
+
+    @property
+    def skip_reason(self) -> str | None:
+        """The reason when every rank called ``pytest.skip``, else None."""
+        if self.stopped or not self.outcomes:
+            return None
+        if all(outcome.error_type == "Skipped" for outcome in self.outcomes):
+            return self.outcomes[0].summary.partition(": ")[2] or "skipped on every rank"
+        return None
+
+    def check(self) -> None:
+        """Raise `RanksFailedError` with `report` unless every rank passed."""
+        if not self.passed:
+            raise RanksFailedError(self.report())
+
+    def first_failure(self) -> Outcome | None:
+        """The failure that came first, preferring one that is not a peer's `PeerFailed`."""
+        failures = [outcome for outcome in self.outcomes if not outcome.passed]
+        own = [outcome for outcome in failures if outcome.error_type != _PEER_FAILED]
+        return (own or failures)[0] if failures else None
+
+    def report(self) -> str:
+        """Every rank's part: tracebacks of the ranks that failed, stacks of those stopped."""
+        first = self.first_failure()
+        if self.timed_out or first is None:
+            ranks = ", ".join(str(rank) for rank in self.stopped)
+            plural = "s" if len(self.stopped) > 1 else ""
+            head = (
+                f"{self.name} ran past its timeout of {self.timeout:g} s on {self.world}: "
+                f"rank{plural} {ranks} still running. Their Python stacks follow (innermost call "
+                "first): look there for where they wait, or raise the timeout "
+                "(@pytest.mark.distbridge(timeout=...))."
+            )
+        else:
+            head = f"{self.name} failed on rank {first.rank} of {self.world}: {first.summary}"
+        lines = [head, "", "What each rank did:"]
+        lines += [f"  rank {rank}: {line}" for rank, line in sorted(self._one_liners().items())]
+        for outcome in sorted(self.outcomes, key=lambda o: (o is not first, o.rank)):
+            if not outcome.passed:
+                body = outcome.traceback.rstrip() or f"(no traceback: {outcome.summary})"
+                lines += ["", f"---- rank {outcome.rank}: {outcome.error_type} ----", body]
+        for rank in self.stopped:
+            stack = self.stacks.get(rank, "").rstrip() or "(it wrote no stack)"
+            lines += ["", f"---- rank {rank}: Python stack when stopped ----", stack]
+        if self.replaced:
+            lines += ["", "The world was stopped; the next test starts a fresh one."]
+        return "\n".join(lines)
+
+    def _one_liners(self) -> dict[int, str]:
+        lines = {o.rank: "passed" if o.passed else o.summary for o in self.outcomes}
+        first = self.first_failure()
+        why = "at the timeout"
+        if first is not None and not self.timed_out:
+            why = f"after rank {first.rank} failed"
+        for rank in self.stopped:
+            lines[rank] = f"still running, stopped {why}"
+        return lines

@@ -1,0 +1,162 @@
+"""A rank of a warm world: join the world once, then run test functions until told to stop.
+
+The process runs in its own process group and is SIGKILLed by Linux when the thread that
+started it dies, as `spawn`'s workers are. Its stdout and stderr go to a log file the parent
+reads after each test; SIGUSR1 writes every thread's Python stack there (faulthandler).
+When a test raises, the rank leaves a failure note and cuts its connections (fail-together),
+so that peers blocked in a collective raise `PeerFailed` instead of waiting for the timeout.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import ctypes
+import faulthandler
+import importlib
+import importlib.util
+import os
+import pickle
+import signal
+import sys
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+from types import CodeType, ModuleType
+from typing import Any, NoReturn
+
+from distbridge import _state
+from distbridge._registry import registry
+from distbridge.errors import PeerFailed
+from distbridge.models.base import ComputationModel
+from distbridge.reliability.fail_together import Abortable, record_failure, summarize
+from distbridge.testing._protocol import Outcome, Setup, Task
+
+__all__ = ["serve"]
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def serve(rank: int, conn: Connection, setup: Setup) -> None:
+    """Entry point of a rank: join the world, answer tasks until ``None`` comes, then leave."""
+    _isolate(setup.log_path)
+    os.environ.update(setup.env)
+    try:
+        model = _join(setup)
+    except BaseException:
+        conn.send(("failed", traceback.format_exc()))
+        _flush_and_exit(1)
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:  # the parent is gone
+            _flush_and_exit(1)
+        if task is None:
+            break
+        outcome = _run(task, rank, setup.world_size, model)
+        _flush()
+        conn.send(outcome)
+    if model is not None and model.is_current():
+        model.finalize()
+    _flush_and_exit(0)
+
+
+def _isolate(log_path: str) -> None:
+    os.setpgrp()  # the parent stops this rank together with whatever it started
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+
+
+def _join(setup: Setup) -> ComputationModel | None:
+    """The world's model, made the active one; None for a serial world."""
+    if setup.backend is None:
+        return None
+    model = registry.for_backend(setup.backend).from_backend(setup.backend, debug=setup.debug)
+    _state.install(model)
+    return model
+
+
+def _run(task: Task, rank: int, world_size: int, model: ComputationModel | None) -> Outcome:
+    env = dict(os.environ)
+    try:
+        fn = getattr(_load_module(task), task.function)
+        kwargs = {key: pickle.loads(value) for key, value in pickle.loads(task.kwargs).items()}
+        fn(**kwargs)
+    except BaseException as exc:
+        _tell_peers(model, rank, world_size, exc)
+        tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+        # A PeerFailed's cause is the backend's "Connection closed by peer": noise here.
+        chain = not isinstance(exc, PeerFailed)
+        text = "".join(traceback.format_exception(type(exc), exc, tb, chain=chain))
+        return Outcome(rank, task.task_id, False, type(exc).__name__, summarize(exc), text)
+    finally:  # a test must not change the next one's environment
+        os.environ.clear()
+        os.environ.update(env)
+    kept = model is None or model.is_current()
+    return Outcome(rank, task.task_id, True, world_kept=kept)
+
+
+def _tell_peers(model: ComputationModel | None, rank: int, world: int, exc: BaseException) -> None:
+    """Fail together: leave the failure note and cut this rank's connections."""
+    if isinstance(model, Abortable) and model.is_current() and world > 1:
+        with contextlib.suppress(Exception):
+            record_failure(model.failure_store(), rank, summarize(exc), world)
+            model.abort_communicator()
+
+
+def _load_module(task: Task) -> ModuleType:
+    """The test module, imported once per rank as the parent imported it (same name)."""
+    sys.path[:0] = [entry for entry in task.sys_path if entry not in sys.path]
+    module = sys.modules.get(task.module)
+    if module is not None and _same_file(getattr(module, "__file__", None), task.path):
+        return module
+    parent = task.module.rpartition(".")[0]
+    if parent:  # so that relative imports work; a test directory need not be a package
+        with contextlib.suppress(ImportError):
+            importlib.import_module(parent)
+    spec = importlib.util.spec_from_file_location(task.module, task.path)
+    if spec is None:
+        raise ImportError(f"cannot import {task.module!r} from {task.path!r}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[task.module] = module
+    try:
+        exec(_compile(Path(task.path)), module.__dict__)
+    except BaseException:
+        del sys.modules[task.module]
+        raise
+    return module
+
+
+def _compile(path: Path) -> CodeType:
+    """The module's code, with pytest's assertion rewriting when pytest is there (so a
+    failed ``assert a == b`` shows both values, as in the parent)."""
+    source = path.read_bytes()
+    tree = ast.parse(source, filename=str(path))
+    with contextlib.suppress(Exception):  # pytest absent or its internals changed
+        from _pytest.assertion.rewrite import rewrite_asserts
+
+        rewrite_asserts(tree, source, str(path), None)
+    return compile(tree, str(path), "exec", dont_inherit=True)
+
+
+def _same_file(a: Any, b: str) -> bool:
+    return isinstance(a, str) and os.path.realpath(a) == os.path.realpath(b)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+
+def _flush_and_exit(code: int) -> NoReturn:
+    """Exit now: no ``atexit`` handler or destructor may hang a world's rank."""
+    _flush()
+    os._exit(code)

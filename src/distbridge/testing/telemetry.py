@@ -1,0 +1,297 @@
+"""Comms telemetry: what each collective call of this process moved, how long it took, and
+where it was called (``with telemetry.record() as rec: ...``, then ``print(rec.summary())``).
+
+How it hooks in: while a `record` block runs, each public collective of the active model
+instance (``distbridge._state.current()``) is shadowed by an instance attribute that times
+the call (``testing/_interpose.py``); the facade calls ``current().all_reduce(...)``, so every
+facade call goes through it, and leaving the block deletes the attributes. Outside a block
+the cost is zero: no flag is tested, the class's own methods run. A flag beside
+``self._debug`` in ``models/base.py`` would cost every call of every program a test, and
+change the model class, for a tool that tests and profiling runs use.
+
+Telemetry is per process: each rank records its own calls. It follows the model active when
+the block starts (a context created inside the block is not seen); one thread at a time.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Final, NamedTuple
+
+import torch
+
+from distbridge import _state
+from distbridge.models import ComputationModel
+from distbridge.testing._interpose import Layer, OpSpec, caller_site, installed
+
+__all__ = ["CallRecord", "OpSummary", "Recording", "Summary", "bus_factor", "record"]
+
+# nccl-tests' bus bandwidth factors (doc/PERFORMANCE.md), by group size n.
+_BUS_FACTORS: Final[dict[str, Callable[[int], float]]] = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+}
+
+
+def bus_factor(op: str, group_size: int) -> float | None:
+    """nccl-tests' factor from algorithm to bus bandwidth for ``op`` in a group of
+    ``group_size`` ranks; None where nccl-tests defines none (barrier, gather, objects...)."""
+    factor = _BUS_FACTORS.get(op)
+    return None if factor is None or group_size < 1 else factor(group_size)
+
+
+_DTYPE_NAMES: Final = MappingProxyType(
+    {d: str(d).removeprefix("torch.") for d in vars(torch).values() if isinstance(d, torch.dtype)}
+)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return _DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch.")
+
+
+def _payload(value: Any) -> tuple[int, str]:
+    """(bytes, dtype) of a collective's data argument: a tensor's bytes, the sum over a list
+    of tensors, 8 for a Python number (it travels as int64 / float64), a str's UTF-8 bytes;
+    0 for other objects (their pickled size is only known inside the collective) and for
+    no argument (barrier: dtype "")."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size(), _dtype_name(value.dtype)
+    if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+        nbytes = sum(t.numel() * t.element_size() for t in value if isinstance(t, torch.Tensor))
+        return nbytes, _dtype_name(value[0].dtype)
+    if isinstance(value, (bool, int, float)):
+        return 8, type(value).__name__
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass")), "str"
+    return 0, "" if value is None else "object"
+
+
+class CallRecord(NamedTuple):
+    """One collective call of this rank.
+
+    Attributes:
+        op: the collective, e.g. ``"all_reduce"``.
+        group_size: ranks in its group (the world for ``group=None``).
+        nbytes: bytes of its input on this rank (see `record` for numbers and objects).
+        dtype: the input's dtype (``"float32"``), or its Python type for a non-tensor.
+        seconds: wall time of the call, distbridge's own work included.
+        site: ``file:line`` of the call in the user's code (the first frame outside distbridge).
+        rank: the global rank that made it.
+    """
+
+    op: str
+    group_size: int
+    nbytes: int
+    dtype: str
+    seconds: float
+    site: str
+    rank: int
+
+
+@dataclass(frozen=True, slots=True)
+class OpSummary:
+    """The calls of one collective, summed. Bandwidths are in bytes per second, as nccl-tests
+    defines them: ``algbw = S / seconds``, where S is the input size (all_gather: the output
+    size, group size x input), and ``busbw = algbw x factor`` (see `bus_factor`); busbw is
+    None for collectives without a factor."""
+
+    op: str
+    calls: int
+    nbytes: int
+    seconds: float
+    algbw: float
+    busbw: float | None
+
+
+def _rate(amount: float, seconds: float) -> float:
+    return amount / seconds if seconds > 0 else 0.0
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
+            return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _human_seconds(s: float) -> str:
+    if s < 999.5e-6:
+        return f"{s * 1e6:.3g} us"
+    return f"{s * 1e3:.3g} ms" if s < 999.5e-3 else f"{s:.3g} s"
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One `OpSummary` per collective called, most time first: iterate over it, pick one
+    with ``summary["all_reduce"]``; ``str(summary)`` is a table (bandwidths in GB/s, 1e9
+    bytes per second)."""
+
+    rows: tuple[OpSummary, ...]
+
+    def __iter__(self) -> Iterator[OpSummary]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __contains__(self, op: object) -> bool:
+        return any(row.op == op for row in self.rows)
+
+    def __getitem__(self, op: str) -> OpSummary:
+        for row in self.rows:
+            if row.op == op:
+                return row
+        raise KeyError(f"No {op!r} call was recorded; recorded: {[r.op for r in self.rows]}.")
+
+    def __str__(self) -> str:
+        header = ("op", "calls", "bytes", "time", "algbw GB/s", "busbw GB/s")
+        cells = [header] + [
+            (r.op, str(r.calls), _human_bytes(r.nbytes), _human_seconds(r.seconds),
+             f"{r.algbw / 1e9:.3f}", "-" if r.busbw is None else f"{r.busbw / 1e9:.3f}")
+            for r in self.rows
+        ]  # fmt: skip
+        widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+        pads = [str.ljust] + [str.rjust] * (len(header) - 1)
+        return "\n".join(
+            "  ".join(pad(c, w) for pad, c, w in zip(pads, row, widths, strict=True))
+            for row in cells
+        )
+
+
+class Recording(Layer):
+    """What a `record` block saw on this rank: `calls` and `summary()`."""
+
+    def __init__(
+        self,
+        model: ComputationModel,
+        profile: bool,
+        keep_calls: bool,
+        on_call: Callable[[CallRecord], None] | None,
+    ) -> None:
+        super().__init__()
+        self.rank = model.get_rank()
+        self._model = model
+        self._world_size = model.get_world_size()
+        self._profile = profile
+        self._keep = keep_calls
+        self._on_call = on_call
+        self._calls: list[CallRecord] = []
+        self._totals: dict[tuple[str, int], list[float]] = {}  # (op, n) -> [calls, bytes, s]
+
+    @property
+    def calls(self) -> list[CallRecord]:
+        """Every recorded call in order (empty with ``keep_calls=False``); a copy."""
+        return list(self._calls)
+
+    def summary(self) -> Summary:
+        """Per collective: calls, bytes, seconds, algorithm and bus bandwidth."""
+        sums: dict[str, list[Any]] = {}  # op -> [calls, bytes, seconds, S, S x factor or None]
+        for (op, n), (calls, nbytes, seconds) in self._totals.items():
+            row = sums.setdefault(op, [0, 0, 0.0, 0.0, 0.0])
+            size = nbytes * n if op == "all_gather" else nbytes  # nccl-tests' S
+            factor = bus_factor(op, n)
+            row[:4] = row[0] + int(calls), row[1] + int(nbytes), row[2] + seconds, row[3] + size
+            row[4] = None if factor is None or row[4] is None else row[4] + size * factor
+        rows = [
+            OpSummary(op, calls, nbytes, t, _rate(size, t), None if bus is None else _rate(bus, t))
+            for op, (calls, nbytes, t, size, bus) in sums.items()
+        ]
+        return Summary(tuple(sorted(rows, key=lambda r: -r.seconds)))
+
+    def clear(self) -> None:
+        """Forget every call recorded so far."""
+        self._calls.clear()
+        self._totals.clear()
+
+    def intercept(
+        self, spec: OpSpec, proceed: Callable[..., Any], args: tuple[Any, ...], kwargs: Any
+    ) -> Any:
+        """Time the call and record it (not when it raises)."""
+        if self._profile:
+            with torch.profiler.record_function(f"distbridge.{spec.name}"):
+                return self._timed(spec, proceed, args, kwargs)
+        return self._timed(spec, proceed, args, kwargs)
+
+    def _timed(
+        self, spec: OpSpec, proceed: Callable[..., Any], args: tuple[Any, ...], kwargs: Any
+    ) -> Any:
+        start = time.perf_counter()
+        result = proceed(*args, **kwargs)
+        seconds = time.perf_counter() - start
+        at = spec.group  # spec.group_of and spec.payload_of, inline: this runs on every call
+        group = args[at] if len(args) > at else kwargs.get("group")
+        size = self._world_size if group is None else self._group_size(group)
+        data = args[0] if args and spec.payload == 0 else spec.payload_of(args, kwargs)
+        nbytes, dtype = _payload(data)
+        totals = self._totals.setdefault((spec.name, size), [0, 0, 0.0])
+        totals[0] += 1
+        totals[1] += nbytes
+        totals[2] += seconds
+        if self._keep or self._on_call is not None:
+            site = caller_site(sys._getframe(2))
+            entry = CallRecord(spec.name, size, nbytes, dtype, seconds, site, self.rank)
+            if self._keep:
+                self._calls.append(entry)
+            if self._on_call is not None:
+                self._on_call(entry)
+        return result
+
+    def _group_size(self, group: Any) -> int:
+        if isinstance(group, (list, tuple, range)):
+            return len(group)
+        try:
+            return int(self._model._group_size(group))
+        except Exception:  # not a group of this model: the call itself said so
+            return 0
+
+    def __repr__(self) -> str:
+        return f"Recording(rank={self.rank}, calls={sum(int(t[0]) for t in self._totals.values())})"
+
+
+@contextmanager
+def record(
+    *,
+    profile: bool = False,
+    keep_calls: bool = True,
+    on_call: Callable[[CallRecord], None] | None = None,
+) -> Iterator[Recording]:
+    """Record every collective call this process makes in the block, through the facade
+    (``idist.all_reduce``, ``idist.all_gather_object``, ...).
+
+    Args:
+        profile: also label each call ``distbridge.<op>`` for ``torch.profiler``.
+        keep_calls: keep one `CallRecord` per call in ``calls``; False keeps only the sums
+            that ``summary()`` needs (memory that does not grow with the calls).
+        on_call: called with each `CallRecord` right after its call returns.
+
+    Yields:
+        The `Recording`; read it in or after the block. A call that raises is not recorded.
+        Bytes are the input's: a tensor's ``numel() * element_size()``, the sum over a list
+        of tensors, 8 for a Python number, a str's UTF-8 bytes, 0 for other objects.
+
+    Example:
+        >>> with record() as rec:
+        ...     idist.all_reduce(torch.ones(4))
+        >>> rec.summary()["all_reduce"].nbytes
+        16
+    """
+    if not isinstance(profile, bool) or not isinstance(keep_calls, bool):
+        raise TypeError(
+            f"profile and keep_calls must be True or False, got {profile!r} and {keep_calls!r}."
+        )
+    if on_call is not None and not callable(on_call):
+        raise TypeError(f"on_call must be a function of one CallRecord, got {on_call!r}.")
+    model = _state.current()
+    recording = Recording(model, profile, keep_calls, on_call)
+    with installed(recording, model):
+        yield recording

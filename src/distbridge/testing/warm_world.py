@@ -1,0 +1,314 @@
+"""A warm world: ranks that start once and run many test functions, one after another.
+
+``WarmWorld(nproc, backend)`` starts ``nproc`` processes (the "spawn" start method) that
+join one torch.distributed job (the process group stays up between tests) and wait on a
+pipe. ``run(fn, kwargs)`` sends the function's module, file and name; every rank imports the
+module (once) and calls ``fn(**kwargs)``; each answers passed, or its traceback.
+
+- A rank that raises leaves a failure note and cuts its connections (fail-together), so its
+  peers' collectives raise `PeerFailed`; the others get ``PEER_WINDOW_SECONDS`` to answer.
+- Past the timeout (or that window) the ranks still running write their Python stacks
+  (SIGUSR1, faulthandler) into their logs, which the `WorldRun` report shows.
+- After any failure the world is stopped (SIGKILL to each rank's process group); the next
+  ``run`` starts a fresh one. Each rank runs in its own process group and dies with the
+  thread that started it (PR_SET_PDEATHSIG), so nothing outlives the parent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import tempfile
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any
+
+from distbridge._registry import registry
+from distbridge.errors import DistributedError, suggest
+from distbridge.launch._main_module import check_main_module
+from distbridge.reliability.fail_together import record_failure
+from distbridge.testing._protocol import Outcome, Setup, make_task
+from distbridge.testing._ranks import Member, death, kill_ranks, log_size, read_log
+from distbridge.testing._report import RanksFailedError, WorldRun
+from distbridge.testing._worker import serve
+
+__all__ = ["RanksFailedError", "WarmWorld", "WorldPool", "WorldRun"]
+
+#: After the first rank fails, how long the others get to answer (e.g. with PeerFailed).
+PEER_WINDOW_SECONDS = 3.0
+_STACK_SECONDS = 2.0  # longest wait for the stopped ranks' stacks
+_GRACE_SECONDS = 2.0  # how long ranks told to stop get before SIGKILL
+_OPTIONS = ("nproc", "backend", "timeout", "debug")
+_NATIVE = "native-dist"
+
+
+class WarmWorld:
+    """``nproc`` ranks of ``backend`` that stay up between `run` calls.
+
+    Args:
+        nproc: the number of ranks (processes).
+        backend: a torch.distributed backend ("gloo"; "nccl" with a GPU per rank), or None
+            for one serial rank (no process group).
+        debug: run the ranks in distbridge's debug mode.
+        start_timeout: seconds the ranks get to start and join.
+    """
+
+    def __init__(
+        self,
+        nproc: int = 2,
+        backend: str | None = "gloo",
+        *,
+        debug: bool = False,
+        start_timeout: float = 120.0,
+    ) -> None:
+        if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+            raise ValueError(f"nproc must be an int >= 1, got {nproc!r}.")
+        if backend is None and nproc != 1:
+            raise ValueError(
+                f"backend=None runs serially, on one rank; got nproc={nproc}. Pass nproc=1, "
+                "or a backend such as 'gloo'."
+            )
+        if backend is not None and registry.for_backend(backend).name != _NATIVE:
+            raise ValueError(
+                f"A warm world runs torch.distributed backends (gloo, nccl), not {backend!r}: "
+                "test Horovod and XLA code with distbridge.testing.run_distributed."
+            )
+        if not isinstance(debug, bool):
+            raise TypeError(f"debug must be True or False, got {debug!r}.")
+        self.nproc, self.backend, self.debug = nproc, backend, debug
+        self.start_timeout = start_timeout
+        self._members: list[Member] = []
+        self._store: Any = None
+        self._stop: Callable[[], Any] | None = None
+        self._tasks = 0
+
+    def __repr__(self) -> str:
+        return f"WarmWorld({self.describe()}, {'up' if self.alive else 'down'})"
+
+    def describe(self) -> str:
+        """The world in words: "2 gloo ranks", "1 serial rank"."""
+        kind = self.backend or "serial"
+        return f"{self.nproc} {kind} rank{'s' if self.nproc > 1 else ''}"
+
+    @property
+    def alive(self) -> bool:
+        """Whether the ranks are up."""
+        return bool(self._members)
+
+    def __enter__(self) -> WarmWorld:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Start the ranks and wait until each joined (a no-op while they are up).
+
+        Raises:
+            DistributedError: a rank failed or did not join within ``start_timeout``; the
+                message has its traceback or output. Nothing is left running.
+        """
+        if self._members:
+            return
+        check_main_module("spawn")
+        context = multiprocessing.get_context("spawn")
+        folder = tempfile.mkdtemp(prefix="distbridge-world-")
+        members: list[Member] = []
+        self._stop = weakref.finalize(self, kill_ranks, members, folder)
+        env = self._env()
+        for rank in range(self.nproc):
+            log = Path(folder, f"rank{rank}.log")
+            rank_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}
+            setup = Setup(self.backend, self.nproc, rank_env, str(log), self.debug)
+            parent_end, child_end = context.Pipe()
+            process = context.Process(
+                target=serve, args=(rank, child_end, setup), name=f"distbridge-world-rank{rank}"
+            )
+            members.append(Member(process, parent_end, log))
+            process.start()
+            child_end.close()
+        self._members = members
+        self._wait_ready()
+
+    def _env(self) -> dict[str, str]:
+        if self.backend is None:
+            return {}
+        from torch._C._distributed_c10d import TCPStore  # where torch defines it
+
+        # Port 0: the kernel picks a free port, held by the store from that moment.
+        self._store = TCPStore(
+            "127.0.0.1", 0, self.nproc, is_master=True, wait_for_workers=False,
+            timeout=timedelta(seconds=300),
+        )  # fmt: skip
+        env = {
+            "WORLD_SIZE": str(self.nproc),
+            "LOCAL_WORLD_SIZE": str(self.nproc),
+            "GROUP_RANK": "0",
+            "GROUP_WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(self._store.port),
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
+        }
+        if "OMP_NUM_THREADS" not in os.environ:  # as spawn: no thread per core in every rank
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // self.nproc))
+        return env
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        for rank, member in enumerate(self._members):
+            message: Any = None
+            with contextlib.suppress(EOFError, OSError):
+                if member.conn.poll(max(0.0, deadline - time.monotonic())):
+                    message = member.conn.recv()
+            if isinstance(message, tuple) and message[0] == "ready":
+                continue
+            why = message[1] if isinstance(message, tuple) else "it did not answer"
+            output = read_log(member.log, 0)[-3000:]
+            self.close()
+            raise DistributedError(
+                f"The warm world of {self.describe()} did not start: rank {rank} failed to "
+                f"join within {self.start_timeout:g} s.\n{why}\nIts output:\n{output}"
+            )
+
+    def run(
+        self,
+        fn: Callable[..., Any],
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        timeout: float = 60.0,
+    ) -> WorldRun:
+        """Call ``fn(**kwargs)`` on every rank (starting the world if it is down).
+
+        ``fn`` must be a top-level function of a module file; ``kwargs`` must pickle. The
+        result says how each rank did (`WorldRun.check` raises `RanksFailedError`). After a
+        failure or a timeout the world is stopped; the next call starts a fresh one.
+        """
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}.")
+        self._tasks += 1
+        task = make_task(self._tasks, fn, kwargs)
+        self.start()
+        offsets = [log_size(member.log) for member in self._members]
+        try:
+            for member in self._members:
+                with contextlib.suppress(OSError):  # a dead rank shows as such below
+                    member.conn.send(task)
+            outcomes, stopped, timed_out = self._collect(task.task_id, timeout)
+        except BaseException:  # KeyboardInterrupt, pytest-timeout: the ranks' state is unknown
+            self.close(graceful=False)
+            raise
+        outputs = {r: read_log(m.log, offsets[r]) for r, m in enumerate(self._members)}
+        stacks = self._stacks(stopped)
+        result = WorldRun(task.function, self.describe(), outcomes, stopped, timeout, timed_out)
+        result.stacks, result.outputs = stacks, outputs
+        result.replaced = bool(stopped) or not all(o.passed and o.world_kept for o in outcomes)
+        if result.replaced:
+            self.close(graceful=False)
+        return result
+
+    def _collect(self, task_id: int, timeout: float) -> tuple[list[Outcome], list[int], bool]:
+        """Wait for every rank's outcome until the timeout, or the peer window after the
+        first failure; returns the outcomes, the ranks still running, and whether the
+        timeout (not a failure) stopped the wait."""
+        pending = dict(enumerate(self._members))
+        outcomes: list[Outcome] = []
+        deadline, window_end = time.monotonic() + timeout, None
+        while pending:
+            end = deadline if window_end is None else min(deadline, window_end)
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            wait([h for m in pending.values() for h in (m.conn, m.process.sentinel)], left)
+            for rank, member in list(pending.items()):
+                outcome = self._receive(rank, member, task_id)
+                if outcome is None:
+                    continue
+                del pending[rank]
+                outcomes.append(outcome)
+                if not outcome.passed and window_end is None:
+                    window_end = time.monotonic() + PEER_WINDOW_SECONDS
+        return outcomes, sorted(pending), bool(pending) and window_end is None
+
+    def _receive(self, rank: int, member: Member, task_id: int) -> Outcome | None:
+        """The rank's outcome if it answered or died, else None."""
+        try:
+            if member.conn.poll():
+                message = member.conn.recv()
+                ours = isinstance(message, Outcome) and message.task_id == task_id
+                return message if ours else None
+        except (EOFError, OSError):
+            member.process.join(1.0)  # the pipe closed: the exit code is on its way
+        if member.process.exitcode is None:
+            return None
+        how = f"its process {death(member.process.exitcode)}"
+        if self._store is not None:  # its peers raise PeerFailed naming it
+            record_failure(self._store, rank, how, self.nproc)
+        return Outcome(rank, task_id, False, "ProcessDied", how)
+
+    def _stacks(self, ranks: list[int]) -> dict[int, str]:
+        """Ask the ranks for their Python stacks (SIGUSR1) and read them from their logs."""
+        if not ranks:
+            return {}
+        members = {rank: self._members[rank] for rank in ranks}
+        start = {rank: log_size(member.log) for rank, member in members.items()}
+        for member in members.values():
+            with contextlib.suppress(ProcessLookupError, TypeError):
+                os.kill(member.process.pid, signal.SIGUSR1)
+        deadline, last = time.monotonic() + _STACK_SECONDS, None
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            sizes = {rank: log_size(member.log) for rank, member in members.items()}
+            if sizes == last and all(sizes[rank] > start[rank] for rank in ranks):
+                break
+            last = sizes
+        return {rank: read_log(member.log, start[rank]) for rank, member in members.items()}
+
+    def close(self, *, graceful: bool = True) -> None:
+        """Stop the ranks (told to leave, then SIGKILL to their process groups); idempotent."""
+        if graceful and self._members:
+            for member in self._members:
+                with contextlib.suppress(OSError):
+                    member.conn.send(None)
+            deadline = time.monotonic() + _GRACE_SECONDS
+            for member in self._members:
+                member.process.join(max(0.0, deadline - time.monotonic()))
+        if self._stop is not None:
+            self._stop()
+        self._members, self._store = [], None
+
+
+class WorldPool:
+    """The warm worlds of a test session: one per (nproc, backend, debug), started on first
+    use and kept until `close`."""
+
+    def __init__(self) -> None:
+        self._worlds: dict[tuple[int, str | None, bool], WarmWorld] = {}
+
+    def run(
+        self, fn: Callable[..., Any], kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> WorldRun:
+        """`WarmWorld.run` on the world of ``options``: ``nproc`` (2), ``backend``
+        ("gloo"), ``timeout`` (60 s), ``debug`` (False)."""
+        for name in options:
+            if name not in _OPTIONS:
+                raise TypeError(
+                    f"Unknown option {name!r}; the options are {', '.join(_OPTIONS)}."
+                    + suggest(name, _OPTIONS)
+                )
+        key = (options.get("nproc", 2), options.get("backend", "gloo"), options.get("debug", False))
+        world = self._worlds.get(key)
+        if world is None:
+            world = self._worlds[key] = WarmWorld(key[0], key[1], debug=key[2])
+        return world.run(fn, kwargs, timeout=options.get("timeout", 60.0))
+
+    def close(self) -> None:
+        """Stop every world."""
+        for world in self._worlds.values():
+            world.close()
+        self._worlds.clear()
