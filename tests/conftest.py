@@ -10,6 +10,7 @@ import torch.distributed as dist
 
 from distbridge.testing import reset_state
 from tests import progress
+from tests.distributed import warm
 
 # Variables pytest and torch itself set (torch's inductor caches on first optimizer use).
 _NOT_OURS = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_")
@@ -21,6 +22,10 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     progress.show_elapsed_time(session.config)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    warm.close()  # the warm worlds some distributed tests share (tests/distributed/warm.py)
 
 
 @pytest.fixture(autouse=True)

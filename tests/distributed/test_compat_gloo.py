@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from distbridge.testing import run_distributed
+from tests.distributed import warm
 from tests.distributed import compat_targets
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(240)]
 
 
 def test_comm_matches_the_facade_on_two_ranks() -> None:
-    rank0, rank1 = run_distributed(compat_targets.compare_with_facade, world_size=2)
+    rank0, rank1 = warm.call(compat_targets.compare_with_facade, world_size=2)
     for rank, seen in enumerate((rank0, rank1)):
         assert seen["sizes"] == seen["facade_sizes"] == (2, rank, rank)
         assert seen["local_size"] == 2
@@ -31,10 +31,10 @@ def test_comm_matches_the_facade_on_two_ranks() -> None:
 
 
 def test_comm_property_on_two_ranks() -> None:
-    failures = run_distributed(compat_targets.property_cases, world_size=2, args=(40,))
+    failures = warm.call(compat_targets.property_cases, world_size=2, args=(40,))
     assert failures == [[], []]
 
 
 def test_barrier_takes_torch_options_on_two_ranks() -> None:
-    per_rank = run_distributed(compat_targets.barrier_options, world_size=2)
+    per_rank = warm.call(compat_targets.barrier_options, world_size=2)
     assert per_rank == [[None, None, (True, True), None, True]] * 2

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from distbridge.testing import run_distributed
+from tests.distributed import warm
 from tests.differential import lockstep
 from tests.differential.dict_cases import DICT_FUNCTIONS
 from tests.differential.object_cases import FUNCTIONS
@@ -33,7 +33,7 @@ RUNS: dict[str, tuple[Callable[..., Any], tuple[str, ...], int]] = {
 @pytest.mark.parametrize("run", sorted(RUNS))
 def test_results_match_the_reference(run: str, world_size: int, tmp_path: Path) -> None:
     body, functions, count = RUNS[run]
-    results = run_distributed(
+    results = warm.call(
         body, world_size=world_size, args=(count, str(tmp_path / "store")), timeout=240
     )
     for ran, per_function, _ in results:

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from distbridge.models import NativeModel
-from distbridge.testing import run_distributed
+from tests.distributed import warm
 from tests.differential import lockstep
 from tests.differential import tensor_cases as tc
 from tests.distributed import differential_tensor_targets as targets
@@ -49,7 +49,7 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     world, emulated, full = RUNS[request.param]
     store = tmp_path_factory.mktemp(request.param) / "store"
     start = time.perf_counter()
-    reports = run_distributed(
+    reports = warm.call(
         targets.run_tensor_differential,
         world_size=world,
         args=(str(store), PER_FUNC, CASE_TIMEOUT),

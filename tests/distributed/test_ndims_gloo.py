@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from distbridge.testing import run_distributed
+from tests.distributed import warm
 from tests.distributed import ndims_targets
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
@@ -20,7 +20,7 @@ COUNT = 60  # cases per world size, each run twice (native, emulated); the machi
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_mixed_ndims_match_the_local_answer(world_size: int) -> None:
-    per_rank = run_distributed(
+    per_rank = warm.call(
         ndims_targets.run_cases, world_size=world_size, args=(COUNT,), timeout=240
     )
     failures = [f"rank {rank}: {f}" for rank, r in enumerate(per_rank) for f in r["failures"]]
@@ -39,7 +39,7 @@ def _same(got: Any, want: torch.Tensor) -> bool:
 
 
 def test_debug_mode_accepts_mixed_ndims_and_refuses_all_gather() -> None:
-    rank0, rank1 = run_distributed(ndims_targets.debug_examples, world_size=2, debug=True)
+    rank0, rank1 = warm.call(ndims_targets.debug_examples, world_size=2, debug=True)
     scalar, cube = torch.tensor(5.0), torch.arange(24.0).reshape(2, 3, 4)
     assert rank0["gather"] == []
     assert [p.shape for p in rank1["gather"]] == [(), (2, 3, 4)]

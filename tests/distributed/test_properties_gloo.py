@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from distbridge.testing import run_distributed
+from tests.distributed import warm
 from tests import property_cases as pc
 from tests.distributed import property_targets
 
@@ -42,7 +42,7 @@ Outcomes = dict[str, Any]
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Outcomes:
     """The cases, the serial outcomes (computed here) and every gloo rank's, case by case."""
     store = tmp_path_factory.mktemp("properties") / "store"
-    (cases, rank0, targeted0), (cases1, rank1, targeted1) = run_distributed(
+    (cases, rank0, targeted0), (cases1, rank1, targeted1) = warm.call(
         property_targets.run_cases,
         world_size=2,
         args=(COUNT, str(store), CASE_TIMEOUT),
