@@ -8,6 +8,7 @@ How to run it (CPU, gloo, 2 processes by default; well under a minute on 2 cores
     torchrun --standalone --nproc-per-node 2 examples/train_mlp.py --launcher torchrun
     horovodrun -np 2 python examples/train_mlp.py --launcher horovodrun   # needs Horovod
     python examples/train_mlp.py --launcher serial      # one process, no distributed context
+    python examples/train_mlp.py --epochs 1 --telemetry # and rank 0's table of collectives
 
 The same ``training`` function runs in every case: ``idist.Parallel`` spawns the workers
 (``--launcher spawn``), initializes the context a launcher prepared (torchrun: ``gloo`` or
@@ -18,6 +19,8 @@ The same ``training`` function runs in every case: ``idist.Parallel`` spawns the
 per epoch is shown by rank 0 only. Rank 0 writes ``--checkpoint`` after every epoch;
 ``--resume`` reads it on rank 0, sends it to the other ranks with ``broadcast_object`` (no
 shared file system needed) and continues with the epoch after the saved one.
+``--telemetry`` records every collective of the training on each rank (the facade's and
+DDP's gradient all-reduces, `distbridge.testing.telemetry`) and prints rank 0's table.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from torch.utils.data import TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 import distbridge as idist
+from distbridge.testing import telemetry
 
 try:
     from tqdm import tqdm
@@ -89,6 +93,17 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def training(local_rank: int, config: dict[str, Any]) -> dict[str, Any]:
+    if not config.get("telemetry"):
+        return train(config, None)
+    with telemetry.record(keep_calls=False) as recording:
+        result = train(config, recording)
+    if idist.is_main_process():
+        print(f"collectives of rank 0:\n{recording.summary()}", flush=True)
+    return result
+
+
+def train(config: dict[str, Any], recording: telemetry.Recording | None) -> dict[str, Any]:
+    """The training loop of every rank; ``recording`` also watches DDP's gradients."""
     rank, world = idist.get_rank(), idist.get_world_size()
     main = idist.is_main_process()
     if main:
@@ -100,6 +115,8 @@ def training(local_rank: int, config: dict[str, Any]) -> dict[str, Any]:
 
     loader = idist.auto_dataloader(make_dataset(), batch_size=config["batch_size"], shuffle=True)
     model = idist.auto_model(make_model())
+    if recording is not None and isinstance(model, nn.parallel.DistributedDataParallel):
+        recording.watch_ddp(model)
     optimizer = idist.auto_optim(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
     criterion = nn.CrossEntropyLoss()
 
@@ -169,6 +186,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="global batch size")
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
     parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    parser.add_argument(
+        "--telemetry", action="store_true", help="print rank 0's table of collectives"
+    )
     args = parser.parse_args()
 
     config = {
@@ -176,6 +196,7 @@ def main() -> None:
         "batch_size": args.batch_size,
         "checkpoint": str(args.checkpoint),
         "resume": args.resume,
+        "telemetry": args.telemetry,
     }
     backend = args.backend or ("horovod" if args.launcher == "horovodrun" else "gloo")
     if args.launcher == "spawn":

@@ -147,3 +147,19 @@ def test_a_sigkill_on_rank_1_names_it() -> None:
     assert error.peer_reports[0].startswith(
         "PeerFailed: Rank 1 failed: its process was killed by signal SIGKILL."
     ), error.peer_reports
+
+
+def test_ddp_gradient_all_reduces_are_recorded() -> None:
+    per_rank = run_ddp()
+    for seen in per_rank:
+        calls = seen["calls"]
+        assert calls and all(c[0] == "ddp_all_reduce" and c[1] == 2 for c in calls), calls
+        assert all(c[3] == "float32" and c[4] == "DDP backward" for c in calls), calls
+        # every step reduced every gradient byte once (one or more buckets per step)
+        assert sum(c[2] for c in calls) == 2 * seen["grad_bytes"], (calls, seen["grad_bytes"])
+    # the hook does what DDP does: the gradients are averaged, the same on both ranks
+    assert per_rank[0]["grads"] == per_rank[1]["grads"]
+
+
+def run_ddp() -> list[dict[str, Any]]:
+    return idist.spawn("gloo", targets.ddp_gradients, nproc_per_node=2, job_timeout=JOB_TIMEOUT)

@@ -71,3 +71,21 @@ def fail_at_second_all_reduce(local_rank: int, action: faults.Action) -> None:
     with faults.inject(action, op="all_reduce", call=2, rank=FAULTY_RANK):
         for _ in range(3):
             idist.all_reduce(torch.ones(4))
+
+
+def ddp_gradients(local_rank: int) -> dict[str, Any]:
+    """Two DDP steps with `Recording.watch_ddp`; the recorded bucket all-reduces, the bytes
+    of the gradients and the averaged gradient of every rank."""
+    torch.manual_seed(0)
+    model = idist.auto_model(torch.nn.Linear(8, 3))
+    with telemetry.record() as rec:
+        rec.watch_ddp(model)
+        for _ in range(2):
+            model.zero_grad()
+            model(torch.full((4, 8), float(idist.get_rank() + 1))).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    return {
+        "calls": [(c.op, c.group_size, c.nbytes, c.dtype, c.site) for c in rec.calls],
+        "grad_bytes": sum(g.numel() * g.element_size() for g in grads),
+        "grads": [g.tolist() for g in grads],
+    }

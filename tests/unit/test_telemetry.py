@@ -245,3 +245,8 @@ def test_bad_arguments_are_named() -> None:
     with pytest.raises(TypeError, match="on_call must be a function"):
         telemetry.record(on_call=3).__enter__()  # type: ignore[arg-type]
     assert _shadowed(_state.current()) == set()
+
+
+def test_watch_ddp_takes_a_ddp_module_only() -> None:
+    with telemetry.record() as rec, pytest.raises(TypeError, match="DistributedDataParallel"):
+        rec.watch_ddp(torch.nn.Linear(2, 2))

@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
 import torch
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from distbridge import _state
 from distbridge.models import ComputationModel
@@ -34,6 +35,7 @@ __all__ = ["CallRecord", "OpSummary", "Recording", "Summary", "bus_factor", "rec
 # nccl-tests' bus bandwidth factors (doc/PERFORMANCE.md), by group size n.
 _BUS_FACTORS: Final[dict[str, Callable[[int], float]]] = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
+    "ddp_all_reduce": lambda n: 2 * (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "all_to_all": lambda n: (n - 1) / n,
@@ -233,18 +235,51 @@ class Recording(Layer):
         size = self._world_size if group is None else self._group_size(group)
         data = args[0] if args and spec.payload == 0 else spec.payload_of(args, kwargs)
         nbytes, dtype = _payload(data)
-        totals = self._totals.setdefault((spec.name, size), [0, 0, 0.0])
+        site = caller_site(sys._getframe(2)) if self._keep or self._on_call is not None else ""
+        self._add(spec.name, size, nbytes, dtype, seconds, site)
+        return result
+
+    def _add(self, op: str, size: int, nbytes: int, dtype: str, seconds: float, site: str) -> None:
+        totals = self._totals.setdefault((op, size), [0, 0, 0.0])
         totals[0] += 1
         totals[1] += nbytes
         totals[2] += seconds
         if self._keep or self._on_call is not None:
-            site = caller_site(sys._getframe(2))
-            entry = CallRecord(spec.name, size, nbytes, dtype, seconds, site, self.rank)
+            entry = CallRecord(op, size, nbytes, dtype, seconds, site, self.rank)
             if self._keep:
                 self._calls.append(entry)
             if self._on_call is not None:
                 self._on_call(entry)
-        return result
+
+    def watch_ddp(self, model: torch.nn.Module) -> None:
+        """Also record the gradient all-reduces of ``model``, a DistributedDataParallel
+        module (they go to torch.distributed directly, not through the facade): one call
+        ``ddp_all_reduce`` per gradient bucket, its bytes and the time from the bucket's
+        launch to its completion, site ``"DDP backward"``.
+
+        It registers a DDP communication hook that does what DDP does by default (average
+        the bucket over the world); DDP takes one hook per module, before its first
+        backward, and keeps it after the block.
+        """
+        if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            raise TypeError(
+                f"watch_ddp takes a DistributedDataParallel module (what idist.auto_model "
+                f"returns with more than one rank), got {type(model).__name__}."
+            )
+        # DDP reads the hook's annotations (none, or GradBucket itself): a lambda has none
+        model.register_comm_hook(None, lambda state, bucket: self._ddp_hook(state, bucket))
+
+    def _ddp_hook(self, state: Any, bucket: Any) -> Any:
+        buffer = bucket.buffer()
+        nbytes, dtype = buffer.numel() * buffer.element_size(), _dtype_name(buffer.dtype)
+        start = time.perf_counter()
+
+        def done(future: Any) -> Any:
+            seconds = time.perf_counter() - start
+            self._add("ddp_all_reduce", self._world_size, nbytes, dtype, seconds, "DDP backward")
+            return future.value()
+
+        return default_hooks.allreduce_hook(state, bucket).then(done)
 
     def _group_size(self, group: Any) -> int:
         if isinstance(group, (list, tuple, range)):
