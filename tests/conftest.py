@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 import torch.distributed as dist
 
+import distbridge as idist
 from distbridge.testing import reset_state
 from tests import progress
 from tests.distributed import warm
@@ -47,3 +48,12 @@ def _no_leaks() -> Iterator[None]:
     os.environ.update(env_before)
     assert not leaked_group, "the test left a torch.distributed process group initialized"
     assert not changed, f"the test changed environment variables (before, after): {changed}"
+
+
+@pytest.fixture
+def serial_model() -> Iterator[None]:
+    """The test starts with the serial model active (no context), and leaves none."""
+    reset_state()
+    assert idist.model_name() == "serial"
+    yield
+    reset_state()

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +18,13 @@ from hypothesis import strategies as st
 
 import distbridge as idist
 from distbridge import _state
-from distbridge.testing import faults, reset_state, telemetry
+from distbridge.testing import faults, telemetry
 from distbridge.testing._interpose import OPS
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def _serial() -> Iterator[None]:
-    reset_state()
-    assert idist.model_name() == "serial"
-    yield
-    reset_state()
+pytestmark = pytest.mark.usefixtures("serial_model")
 
 
 def _shadowed() -> set[str]:

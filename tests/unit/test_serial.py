@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import socket
 import struct
-from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -16,7 +15,6 @@ from hypothesis import strategies as st
 
 import distbridge as idist
 from distbridge import _collectives
-from distbridge.testing import reset_state
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 FLOATS = st.floats(allow_nan=True, allow_infinity=True)
@@ -24,12 +22,7 @@ OPS = ("SUM", "PRODUCT", "MIN", "MAX")
 TEXTS = ["", "plain", "héllo wörld", "日本語", "emoji 🎉🚀", "nul\x00byte"]
 
 
-@pytest.fixture(autouse=True)
-def _serial() -> Iterator[None]:
-    reset_state()
-    assert idist.model_name() == "serial"
-    yield
-    reset_state()
+pytestmark = pytest.mark.usefixtures("serial_model")
 
 
 CPU = torch.device("cpu")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import collections
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import distbridge as idist
 from distbridge import _state
-from distbridge.testing import reset_state, telemetry
+from distbridge.testing import telemetry
 from distbridge.testing._interpose import OPS
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16,
@@ -24,12 +24,7 @@ REDUCIBLE = [torch.float32, torch.float64, torch.int32, torch.int64]
 SHAPES = st.lists(st.integers(0, 5), max_size=3)
 
 
-@pytest.fixture(autouse=True)
-def _serial() -> Iterator[None]:
-    reset_state()
-    assert idist.model_name() == "serial"
-    yield
-    reset_state()
+pytestmark = pytest.mark.usefixtures("serial_model")
 
 
 def _line() -> int:
