@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.distributed import warm
-from tests.distributed import compat_targets
+from tests.distributed import compat_targets, warm
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(240)]
 

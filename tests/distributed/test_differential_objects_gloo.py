@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from tests.distributed import warm
 from tests.differential import lockstep
 from tests.differential.dict_cases import DICT_FUNCTIONS
 from tests.differential.object_cases import FUNCTIONS
+from tests.distributed import warm
 from tests.distributed.differential_object_targets import run_dict_cases, run_object_cases
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]

@@ -17,10 +17,10 @@ from typing import Any, NamedTuple
 import pytest
 
 from distbridge.models import NativeModel
-from tests.distributed import warm
 from tests.differential import lockstep
 from tests.differential import tensor_cases as tc
 from tests.distributed import differential_tensor_targets as targets
+from tests.distributed import warm
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
 

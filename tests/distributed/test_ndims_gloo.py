@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.distributed import warm
-from tests.distributed import ndims_targets
+from tests.distributed import ndims_targets, warm
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
 
@@ -20,9 +19,7 @@ COUNT = 60  # cases per world size, each run twice (native, emulated); the machi
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_mixed_ndims_match_the_local_answer(world_size: int) -> None:
-    per_rank = warm.call(
-        ndims_targets.run_cases, world_size=world_size, args=(COUNT,), timeout=240
-    )
+    per_rank = warm.call(ndims_targets.run_cases, world_size=world_size, args=(COUNT,), timeout=240)
     failures = [f"rank {rank}: {f}" for rank, r in enumerate(per_rank) for f in r["failures"]]
     assert not failures, "\n".join(failures[:20])
     assert len({r["digest"] for r in per_rank}) == 1

@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.distributed import warm
 from tests import property_cases as pc
-from tests.distributed import property_targets
+from tests.distributed import property_targets, warm
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(420)]
 

@@ -399,8 +399,9 @@ def test_spawn_arguments_are_checked_before_anything_starts() -> None:
     ]
     for error, message, kwargs in cases:
         call = {"fn": xla_targets.sleep, "nproc_per_node": 1, **kwargs}
+        fn, nproc = call.pop("fn"), call.pop("nproc_per_node")
         with pytest.raises(error, match=message):
-            spawn_xla(call.pop("fn"), (), {}, call.pop("nproc_per_node"), **call)  # type: ignore[arg-type]
+            spawn_xla(XlaModel.from_backend, fn, (), {}, nproc, **call)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"unexpected keyword arguments \['master_port'\]"):
         XlaModel.spawn(xla_targets.sleep, (), {}, 1, backend="xla-tpu", master_port=1234)
 
