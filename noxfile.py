@@ -45,8 +45,8 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict on the package."""
-    session.install(*CONSTRAINTS, "-e", ".[lint]")
+    """mypy --strict on the package and its pytest plugin (which needs pytest's types)."""
+    session.install(*CONSTRAINTS, "-e", ".[lint,test]")
     session.run("mypy", "--strict", "src/distbridge", "src/distbridge_pytest.py")
 
 
