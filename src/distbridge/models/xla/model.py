@@ -297,6 +297,8 @@ class XlaModel(LayoutQueries, ComputationModel):
         size = self._group_size(group)
         if tensor.numel() == 0:  # as in _do_all_gather
             return tensor.new_empty((tensor.shape[0] // size, *tensor.shape[1:]))
+        if size == 1:  # the answer is the tensor; XLA's op would add it to +0.0 (-0.0 -> 0.0)
+            return tensor.clone()
         on_xla = _on_xla(tensor)
         if not (self._reduces(tensor.dtype, op) and (on_xla or self._holds(tensor.dtype))):
             return super()._do_reduce_scatter(tensor, op, group)
