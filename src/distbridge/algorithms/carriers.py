@@ -79,10 +79,16 @@ def ordered_carrier(
     (``bits ^ ((bits >> width - 1) & flip)``, its own inverse); a NaN's key is the extreme of
     the float's width that wins under ``op``, which decodes to a NaN again.
     """
+    if tensor.device.type not in ("cpu", "cuda"):
+        # XLA: the keys stay on the CPU (XLA lowers int32's extremes through a float, and may
+        # keep int64 as int32); the backend moves them where it reduces them exactly
+        keys, from_keys = ordered_carrier(tensor.cpu(), op)
+        device = tensor.device
+        return keys, lambda out: from_keys(out.cpu()).to(device)
     dtype = tensor.dtype
     narrow, wide = _ORDER_INTS[dtype]
     info = torch.iinfo(narrow)
-    flip, shift = info.max, info.bits - 1
+    flip, nan_key, shift = info.max, info.min if op == "MIN" else info.max, info.bits - 1
     bits = tensor.view(narrow).to(wide)  # no copy where the widths agree
 
     def order(values: torch.Tensor) -> torch.Tensor:
@@ -91,7 +97,7 @@ def ordered_carrier(
         out ^= values
         return out
 
-    keys = order(bits).masked_fill_(torch.isnan(tensor), info.min if op == "MIN" else info.max)
+    keys = order(bits).masked_fill_(torch.isnan(tensor), nan_key)
     return keys, lambda out: order(out).to(narrow).view(dtype)
 
 

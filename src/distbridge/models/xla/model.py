@@ -69,6 +69,17 @@ def _on_xla(tensor: torch.Tensor) -> bool:
     return tensor.is_xla  # type: ignore[attr-defined,no-any-return]  # missing from the stubs
 
 
+def _own_zeros(out: torch.Tensor, sent: torch.Tensor) -> torch.Tensor:
+    """``out``, XLA's sum over a group of one of ``sent``, with ``sent``'s own zeros where it
+    is zero (their signs kept; parts of a complex number apart)."""
+    if not (out.is_floating_point() or out.is_complex()):
+        return out
+    got = torch.view_as_real(out) if out.is_complex() else out
+    mine = torch.view_as_real(sent) if sent.is_complex() else sent
+    fixed = torch.where(got == 0, mine.to(got.device), got)
+    return torch.view_as_complex(fixed) if out.is_complex() else fixed
+
+
 @dataclass(frozen=True)
 class XlaGroup:
     """A group of global replica ordinals, as ``distbridge.new_group`` returns it."""
@@ -297,17 +308,18 @@ class XlaModel(LayoutQueries, ComputationModel):
         size = self._group_size(group)
         if tensor.numel() == 0:  # as in _do_all_gather
             return tensor.new_empty((tensor.shape[0] // size, *tensor.shape[1:]))
-        if size == 1:  # the answer is the tensor; XLA's op would add it to +0.0 (-0.0 -> 0.0)
-            return tensor.clone()
         on_xla = _on_xla(tensor)
         if not (self._reduces(tensor.dtype, op) and (on_xla or self._holds(tensor.dtype))):
             return super()._do_reduce_scatter(tensor, op, group)
         work = tensor if on_xla else tensor.to(self._device)
         groups = self._replica_groups(group)
-        out = self._xm.reduce_scatter(_XM_OPS[op], work, 1.0, 0, size, groups=groups)
+        out: torch.Tensor = self._xm.reduce_scatter(_XM_OPS[op], work, 1.0, 0, size, groups=groups)
         if op == "AVG":
             out.div_(size)
-        return out if on_xla else self._cpu(out)
+        out = out if on_xla else self._cpu(out)
+        if size == 1 and op in ("SUM", "AVG"):  # XLA's sum starts from +0.0: -0.0 came back 0.0
+            out = _own_zeros(out, tensor)
+        return out
 
     @override
     def _do_all_to_all(
