@@ -11,8 +11,10 @@ nothing: one request in flight, no polling.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import threading
+import weakref
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -23,6 +25,19 @@ __all__ = ["FailureWatch", "start_watch"]
 
 _FOREVER = timedelta(days=3650)  # a wait that never times out (a timeout prints from C++)
 _STOP = "stop"
+_running: weakref.WeakSet[FailureWatch] = weakref.WeakSet()
+
+
+def _stop_all() -> None:
+    """At exit, before the interpreter ends its daemon threads, stop every watcher: one still
+    blocked in its store wait when the store's host leaves would wake into a finalizing
+    interpreter, and the C++ wait's error would abort the process ("terminate called without
+    an active exception", exit code 134), as rank 0 of a job exits before the others."""
+    for watch in list(_running):
+        watch.stop()
+
+
+atexit.register(_stop_all)
 
 
 class FailureWatch:
@@ -47,6 +62,7 @@ class FailureWatch:
             target=self._run, name="distbridge-failure-watcher", daemon=True
         )
         self._thread.start()
+        _running.add(self)
 
     def _run(self) -> None:
         try:
