@@ -98,11 +98,9 @@ class ComputationModel(BackendPrimitives):
         value = float(x) if dtype is torch.float64 else codec.encode_number(x, kind)
         # Made where the backend reduces it, in a dtype it carries: no _reduce_tensor detour.
         tensor = torch.tensor([value], dtype=dtype, device=self._number_device(dtype))
-        if dtype is torch.float64 and name in ("MIN", "MAX"):  # IEEE: NaN wins, -0.0 < 0.0
-            keys, back = carriers.ordered_carrier(tensor, name)
-            result = self._number_value(back(self._reduce_placed(keys, name, resolved)))
-        else:
-            result = self._number_value(self._reduce_placed(tensor, name, resolved))
+        work, back = carriers.reduction_carrier(tensor, name, self.uncarried_dtypes)  # MIN: IEEE
+        out = self._reduce_placed(work, name, resolved)
+        result = self._number_value(out if back is None else back(out))
         if name == "AVG" or kind == codec.KIND_FLOAT:
             return float(result)
         if kind == codec.KIND_BOOL and name in ("AND", "OR", "MIN", "MAX"):
