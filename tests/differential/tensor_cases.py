@@ -81,7 +81,7 @@ REDUCTIONS = ("all_reduce", "reduce", "reduce_scatter")
 MOVES = ("all_gather", "broadcast", "gather", "scatter", "all_to_all")
 FUNCS = (*REDUCTIONS, *MOVES, "all_gather_tensors_with_shapes")
 NUMBER_FUNCS = ("all_reduce", "reduce", "all_gather", "broadcast", "gather")
-LAYOUTS = ("contiguous", "transposed", "offset", "strided", "expanded")
+LAYOUTS = ("contiguous", "transposed", "offset", "strided", "unit_strides", "expanded")
 #: The variants of the functions that have more than "plain" (see ``TensorCase.variant``).
 VARIANTS = {
     "gather": ("plain", "same_shape"),

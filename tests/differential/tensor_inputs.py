@@ -1,5 +1,6 @@
 """The tensors of a tensor case, rebuilt alike on every rank from the case's seed, and the
-layouts a rank passes them in (contiguous, transposed, offset, strided, expanded), inside a
+layouts a rank passes them in (contiguous, transposed, offset, strided, unit_strides: contiguous
+for torch with odd strides on its size-1 dims, expanded), inside a
 buffer with guard bytes so that a collective writing outside its tensor is seen."""
 
 from __future__ import annotations
@@ -180,7 +181,9 @@ def present(value: torch.Tensor, layout: str, device: torch.device | None = None
     shape = tuple(value.shape)
     if layout == "transposed" and value.dim() < 2:
         layout = "offset"
-    if layout == "strided" and (value.dim() == 0 or shape[0] < 2):
+    if layout == "strided" and (value.dim() == 0 or shape[0] < 1):  # shape[0] 1: stride 2
+        layout = "offset"
+    if layout == "unit_strides" and 1 not in shape:
         layout = "offset"
     dim = _expandable(shape)
     if layout == "expanded" and (dim is None or not _alike_along(value, dim)):
@@ -200,6 +203,13 @@ def present(value: torch.Tensor, layout: str, device: torch.device | None = None
         assert dim is not None
         base = value.narrow(dim, 0, 1).clone()
         tensor = base.expand(shape)
+    elif layout == "unit_strides":  # contiguous for torch; size-1 dims stride 2 * their due
+        count = value.numel()
+        base = _guarded((count + 5,), value.dtype, fill)
+        due = torch.empty(shape).stride()
+        odd = tuple(2 * s + 1 if n == 1 else s for n, s in zip(shape, due, strict=True))
+        tensor = base.as_strided(shape, odd, 3)
+        tensor.copy_(value)
     else:  # offset: a contiguous view that starts 3 elements into a longer buffer
         count = value.numel()
         base = _guarded((count + 5,), value.dtype, fill)

@@ -644,6 +644,58 @@ def check_empty_tensors(tmp: Path) -> None:
         assert [t.shape for t in idist.all_to_all([x] * world)] == [x.shape] * world
 
 
+def _unit_strided(values: list[float], dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+    """``values`` in ``shape`` as a tensor torch calls contiguous whose size-1 dims have stride
+    2 (``x[::2][:1]`` makes one): the layout a plain ``view(torch.uint8)`` refuses."""
+    base = torch.zeros(2 * len(values) + 3, dtype=dtype)
+    due = torch.empty(shape).stride()
+    strides = tuple(2 * s if n == 1 else s for n, s in zip(shape, due, strict=True))
+    out = base.as_strided(shape, strides, 1)
+    out.copy_(torch.tensor(values).reshape(shape))
+    assert out.is_contiguous() and out.stride() != due, out.stride()
+    return out
+
+
+def check_size_one_dims_with_any_stride(tmp: Path) -> None:
+    """Issue 30: a tensor whose size-1 dims have stride 2 (contiguous for torch) goes through
+    every tensor collective, in every dtype, bit for bit (Horovod refused bfloat16 ones in
+    broadcast, gather and all_gather)."""
+    rank, world = _ranks()
+    sliced = torch.arange(4.0).to(torch.bfloat16)[::2][:1]  # shape (1,), stride (2,)
+    assert idist.broadcast(sliced.clone() if rank == 0 else sliced * 0, src=0).tolist() == [0.0]
+    for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.int16, torch.uint64,
+                  torch.bool, torch.complex64):  # fmt: skip
+        for shape in ((1,), (1, 1, 1), (1, 2), (2, 1)):
+            count = math.prod(shape)
+            mine = [float((rank + 1) * (k + 1) % 2 if dtype is torch.bool else rank + k + 1)
+                    for k in range(count)]  # fmt: skip
+            x = _unit_strided(mine, dtype, shape)
+            every = [
+                torch.tensor([float((r + 1) * (k + 1) % 2 if dtype is torch.bool else r + k + 1)
+                              for k in range(count)]).to(dtype).reshape(shape)
+                for r in range(world)
+            ]  # fmt: skip
+            label = (dtype, shape)
+            gathered = idist.all_gather(x)
+            assert torch.equal(gathered, torch.cat(every)), label
+            sent = idist.broadcast(x.clone(), src=world - 1)
+            assert torch.equal(sent, every[-1]), label
+            parts = idist.gather(x, dst=0)
+            assert (torch.equal(torch.stack(parts), torch.stack(every)) if rank == 0
+                    else parts == []), label  # fmt: skip
+            chunks = [_unit_strided(mine, dtype, shape) for _ in range(world)]
+            got = idist.scatter(chunks if rank == 0 else None, src=0)
+            assert torch.equal(got, every[0]), label
+            swapped = idist.all_to_all([_unit_strided(mine, dtype, shape)] * world)
+            assert all(torch.equal(a, b) for a, b in zip(swapped, every, strict=True)), label
+            if dtype in (torch.bool, torch.complex64):
+                continue
+            summed = idist.all_reduce(x.clone())
+            assert torch.equal(summed, sum(e.to(torch.float64) for e in every).to(dtype)), label
+            highest = idist.all_reduce(x.clone(), "MAX")
+            assert torch.equal(highest, every[-1]), label
+
+
 def check_extra_collectives_in_groups(tmp: Path) -> None:
     rank, world = _ranks()
     members = [0, world - 1] if world > 1 else [0]

@@ -129,6 +129,8 @@ def _tensor_tags(case: tc.TensorCase, rank: int, world: int, built: list[ti.Buil
         tags |= {"non-contiguous"} if not t.is_contiguous() else set()
         tags |= {"storage-offset"} if t.storage_offset() else set()
         tags |= {"expanded"} if 0 in t.stride() and t.numel() > 1 else set()
+        odd = t.is_contiguous() and t.numel() and t.stride() != torch.empty(t.shape).stride()
+        tags |= {"unit-strides"} if odd else set()
     if len({s for shapes in case.shapes for s in shapes}) > 1:
         tags.add(f"uneven:{case.func}")
     return tags | _common_tags(case, rank, world) | ({"twice"} if case.repeat else set())
@@ -254,6 +256,7 @@ def required_tags(world: int, ops: frozenset[str] | None = None, full: bool = Tr
     tags |= {f"variant:{f}:{v}" for f, vs in tc.VARIANTS.items() for v in vs}
     if full:  # shape kinds, layouts and group forms need the cases of a full run
         tags |= {"0-d", "empty", "non-contiguous", "storage-offset", "expanded", "twice"}
+        tags.add("unit-strides")  # contiguous, odd strides on size-1 dims (issue 30)
         tags |= {"group-form:list", "group-form:tuple", "group-form:new_group"}
     for func in tc.NUMBER_FUNCS:
         kinds = ("int", "float", "bool") if func in tc.REDUCTIONS else ("str", "Path")

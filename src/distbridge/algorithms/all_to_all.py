@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from distbridge.algorithms import carriers, codec, shape_rows
+from distbridge.algorithms import byte_view, codec, shape_rows
 from distbridge.algorithms.groups import GroupCache
 
 if TYPE_CHECKING:
@@ -71,12 +71,12 @@ def all_to_all(
     if dtype in model.uncarried_dtypes:
         width = data.element_size()
         raw = model._do_all_to_all(
-            carriers.as_bytes(data),
+            byte_view.as_bytes(data),
             [n * width for n in in_splits],
             [n * width for n in out_splits],
             resolved,
         )
-        out = raw.view(dtype)
+        out = byte_view.from_bytes(raw, dtype, (raw.numel() // dtype.itemsize,))
     else:
         out = model._do_all_to_all(data, in_splits, out_splits, resolved)
     pieces = torch.split(out, out_splits)
@@ -95,9 +95,9 @@ def _all_to_all_one(model: ComputationModel, x: torch.Tensor, group: Any) -> tor
         raise TypeError(shape_rows.why_bad(x, "all_to_all's tensor"))
     work = model._to_placement(x)
     if x.dtype in model.uncarried_dtypes:  # as bytes: row j holds chunk j's bytes
-        data = carriers.as_bytes(work)
+        data = byte_view.as_bytes(work)
         rows = model._do_all_to_all_even(data.view(size, data.numel() // size), group)
-        out = rows.view(-1).view(x.dtype).view(x.shape)
+        out = byte_view.from_bytes(rows, x.dtype, tuple(x.shape))
     else:
         if group is None and work is x:
             model._fast_all_to_all.remember(x)

@@ -25,8 +25,6 @@ import torch
 __all__ = [
     "ORDERED_FLOATS",
     "UNCARRIED_BY_C10D",
-    "as_bytes",
-    "from_bytes",
     "ordered_carrier",
     "reduce_carrier",
     "reduction_carrier",
@@ -111,18 +109,3 @@ def reduction_carrier(
     if tensor.dtype in uncarried:
         return reduce_carrier(tensor, op)
     return tensor, None
-
-
-def as_bytes(tensor: torch.Tensor) -> torch.Tensor:
-    """A flat uint8 view of a contiguous tensor (shares its storage)."""
-    flat = tensor.reshape(-1)
-    if flat.stride(0) != 1:  # one element with any stride still counts as contiguous
-        flat = flat.as_strided((flat.numel(),), (1,))
-    return flat.view(torch.uint8)
-
-
-def from_bytes(data: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
-    """The tensor whose bytes are ``data``."""
-    if not data.numel():  # an empty row of a stacked buffer may start at an odd offset
-        return torch.empty(shape, dtype=dtype, device=data.device)
-    return data.view(dtype).reshape(shape)

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from distbridge.algorithms.carriers import as_bytes
+from distbridge.algorithms.byte_view import as_bytes, from_bytes
 
 __all__ = [
     "Frame",
@@ -120,12 +120,12 @@ class _Unpickler(pickle.Unpickler):
             raise pickle.UnpicklingError(f"Unknown persistent id {pid!r}.")
         if isinstance(index, bytes):  # in band: the bytes themselves
             flat = torch.frombuffer(bytearray(index), dtype=torch.uint8) if index else _NO_BYTES
-            return flat.view(dtype).reshape(shape)
+            return from_bytes(flat, dtype, tuple(shape))
         made = self._made.get(index)
         if made is None:
             raw = self._tensors[index]
             flat = torch.frombuffer(raw, dtype=torch.uint8) if raw.nbytes else _NO_BYTES
-            made = self._made[index] = flat.view(dtype).reshape(shape)
+            made = self._made[index] = from_bytes(flat, dtype, tuple(shape))
         return made
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from distbridge.algorithms import carriers, codec, shape_rows
+from distbridge.algorithms import byte_view, carriers, codec, shape_rows
 from distbridge.algorithms.checks import check_dense, check_reducible, divide_, write_back
 from distbridge.algorithms.groups import GroupCache
 from distbridge.algorithms.values import gather_values
@@ -138,8 +138,8 @@ def gather(
     length = _longest(shapes)
     work = model._to_placement(_flat_padded(x, length))
     if dtype in model.uncarried_dtypes:
-        parts = model._do_gather(carriers.as_bytes(work), dst, resolved)
-        parts = [carriers.from_bytes(p, dtype, (length,)) for p in parts] if parts else parts
+        parts = model._do_gather(byte_view.as_bytes(work), dst, resolved)
+        parts = [byte_view.from_bytes(p, dtype, (length,)) for p in parts] if parts else parts
     else:
         parts = model._do_gather(work, dst, resolved)
     if not is_dst or parts is None:
@@ -258,9 +258,9 @@ def scatter(model: ComputationModel, tensors: Any, src: int, group: Any, out: An
     out = torch.empty(length, dtype=dtype, device=model._collective_device())
     chunks = [_flat_padded(t, length).to(out.device) for t in tensors] if is_src else None
     if dtype in model.uncarried_dtypes:
-        raw = [carriers.as_bytes(c) for c in chunks] if chunks else None
-        got = model._do_scatter(raw, carriers.as_bytes(out), src, resolved)
-        got = carriers.from_bytes(got, dtype, (length,))
+        raw = [byte_view.as_bytes(c) for c in chunks] if chunks else None
+        got = model._do_scatter(raw, byte_view.as_bytes(out), src, resolved)
+        got = byte_view.from_bytes(got, dtype, (length,))
     else:
         got = model._do_scatter(chunks, out, src, resolved)
     return _cut(got, shapes[me]).to(device)
@@ -282,9 +282,9 @@ def _scatter_into(
     # The chunks go where the receiving tensor is: gloo scatters CUDA tensors only into CUDA.
     chunks = [t.to(work.device).contiguous() for t in tensors] if tensors is not None else None
     if out.dtype in model.uncarried_dtypes:
-        raw = [carriers.as_bytes(c) for c in chunks] if chunks else None
-        got = model._do_scatter(raw, carriers.as_bytes(work), src, group)
-        got = carriers.from_bytes(got, out.dtype, tuple(out.shape))
+        raw = [byte_view.as_bytes(c) for c in chunks] if chunks else None
+        got = model._do_scatter(raw, byte_view.as_bytes(work), src, group)
+        got = byte_view.from_bytes(got, out.dtype, tuple(out.shape))
     else:
         got = model._do_scatter(chunks, work, src, group)
         if group is None and work is out and problem is None:  # went as it was: see scatter_known

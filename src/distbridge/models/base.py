@@ -19,7 +19,7 @@ from typing_extensions import Self
 
 from distbridge._types import Group
 from distbridge.algorithms import all_to_all as _all_to_all
-from distbridge.algorithms import carriers, codec, values
+from distbridge.algorithms import byte_view, carriers, codec, values
 from distbridge.algorithms import object_collectives as objects
 from distbridge.algorithms import reduce_gather_scatter as extra
 from distbridge.algorithms.checks import check_dense, check_reducible, divide_, write_back
@@ -314,9 +314,9 @@ class ComputationModel(BackendPrimitives):
     def _gather_tensor(self, x: torch.Tensor, group: Any) -> torch.Tensor:
         work = self._to_placement(x)
         if work.dtype in self.uncarried_dtypes:
-            raw = self._do_all_gather(carriers.as_bytes(work), group)
+            raw = self._do_all_gather(byte_view.as_bytes(work), group)
             rows = self._group_size(group) * work.shape[0]
-            out = carriers.from_bytes(raw, work.dtype, (rows, *work.shape[1:]))
+            out = byte_view.from_bytes(raw, work.dtype, (rows, *work.shape[1:]))
         else:
             out = self._do_all_gather(work, group)
         return out if out.device == x.device else out.to(x.device)
@@ -324,7 +324,7 @@ class ComputationModel(BackendPrimitives):
     def _broadcast_tensor(self, x: torch.Tensor, src: int, group: Any) -> torch.Tensor:
         work = self._to_placement(x)
         if work.dtype in self.uncarried_dtypes:
-            self._do_broadcast(carriers.as_bytes(work), src, group)  # fills work in place
+            self._do_broadcast(byte_view.as_bytes(work), src, group)  # fills work in place
             out = work
         else:
             out = self._do_broadcast(work, src, group)

@@ -7,9 +7,9 @@ and is viewed back in its own dtype on arrival.
 
 from __future__ import annotations
 
-import math
-
 import torch
+
+from distbridge.algorithms import byte_view
 
 __all__ = ["HVD_OPS", "MOVED", "REDUCED", "WIDER", "as_received", "as_sent"]
 
@@ -27,18 +27,10 @@ HVD_OPS = {"SUM": "Sum", "AVG": "Average", "ADASUM": "Adasum", "MIN": "Min", "MA
 
 def as_sent(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor`` as Horovod can move it: itself, or its bytes as rows along dim 0."""
-    if tensor.dtype in MOVED:
-        return tensor
-    rows = tensor.reshape(tensor.shape[0], math.prod(tensor.shape[1:]))
-    return rows.view(torch.uint8)
+    return tensor if tensor.dtype in MOVED else byte_view.as_byte_rows(tensor)
 
 
 def as_received(out: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """What Horovod returned for ``as_sent(like)``, back in ``like``'s dtype and row shape
     (the number of rows may differ)."""
-    if like.dtype in MOVED:
-        return out
-    shape = (out.shape[0], *like.shape[1:])
-    if not out.numel():  # empty rows may have strides a view in a wider dtype refuses
-        return out.new_empty(shape, dtype=like.dtype)
-    return out.view(like.dtype).reshape(shape)
+    return out if like.dtype in MOVED else byte_view.from_byte_rows(out, like)

@@ -19,7 +19,7 @@ import torch
 from typing_extensions import Self, override
 
 from distbridge._types import SpawnResult
-from distbridge.algorithms import carriers
+from distbridge.algorithms import byte_view, carriers
 from distbridge.algorithms.fold import all_reduce_by_fold
 from distbridge.algorithms.groups import not_a_group
 from distbridge.errors import BackendUnavailableError, DistributedError
@@ -300,10 +300,13 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
     @fail_together.translate_peer_failure
     def _do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor:
         ps = self._set(group)
-        work = tensor if tensor.dtype in hvd_dtypes.MOVED else tensor.reshape(-1).view(torch.uint8)
+        moved = tensor.dtype in hvd_dtypes.MOVED
+        work = tensor if moved else byte_view.as_bytes(tensor)
         name = f"distbridge.broadcast.{ps.process_set_id}.{src}"
         self._hvd.broadcast_(work, root_rank=src, name=name, process_set=ps)
-        return tensor
+        if moved or byte_view.shares_bytes(tensor):
+            return tensor
+        return byte_view.from_bytes(work, tensor.dtype, tuple(tensor.shape))
 
     @override
     def _coordination_store(self) -> Any | None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from distbridge.algorithms import carriers
+from distbridge.algorithms import byte_view
 
 __all__ = ["round_trips"]
 
@@ -31,4 +31,4 @@ def round_trips(dtype: torch.dtype, device: torch.device) -> bool:
         back = sent.to(device).cpu()
     except (RuntimeError, TypeError, ValueError, NotImplementedError):
         return False  # the device cannot hold the dtype at all (e.g. complex32)
-    return back.dtype == dtype and torch.equal(carriers.as_bytes(back), carriers.as_bytes(sent))
+    return back.dtype == dtype and torch.equal(byte_view.as_bytes(back), byte_view.as_bytes(sent))

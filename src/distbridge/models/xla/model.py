@@ -34,7 +34,7 @@ import torch.distributed as dist
 from typing_extensions import Self, override
 
 from distbridge._types import SpawnResult
-from distbridge.algorithms import carriers
+from distbridge.algorithms import byte_view
 from distbridge.algorithms.fold import all_reduce_by_fold
 from distbridge.algorithms.groups import not_a_group
 from distbridge.errors import BackendUnavailableError, DistributedError
@@ -296,10 +296,10 @@ class XlaModel(LayoutQueries, ComputationModel):
         if tensor.numel() == 0:  # empty on every member (one shape); XLA's gather op refuses it
             return tensor.new_empty((rows, *tensor.shape[1:]))
         groups = self._replica_groups(group)
-        data = carriers.as_bytes(tensor).to(self._device)  # raw bytes: see the module docstring
+        data = byte_view.as_bytes(tensor).to(self._device)  # raw bytes: see the module docstring
         raw = self._xm.all_gather(data, dim=0, groups=groups, pin_layout=False)
         raw = raw if _on_xla(tensor) else self._cpu(raw)
-        return carriers.from_bytes(raw, tensor.dtype, (rows, *tensor.shape[1:]))
+        return byte_view.from_bytes(raw, tensor.dtype, (rows, *tensor.shape[1:]))
 
     @override
     def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
@@ -334,21 +334,21 @@ class XlaModel(LayoutQueries, ComputationModel):
         if tensor.numel() == 0:  # empty on every member (one shape); XLA's gather op refuses it
             return torch.empty_like(tensor)
         # Raw bytes, as in _do_all_gather: the contiguous dim-0 chunks are equal byte ranges.
-        data = carriers.as_bytes(tensor).to(self._device)
+        data = byte_view.as_bytes(tensor).to(self._device)
         size, groups = self._group_size(group), self._replica_groups(group)
         raw = self._xm.all_to_all(data, 0, 0, size, groups=groups, pin_layout=False)
         raw = raw if _on_xla(tensor) else self._cpu(raw)
-        return carriers.from_bytes(raw, tensor.dtype, tuple(tensor.shape))
+        return byte_view.from_bytes(raw, tensor.dtype, tuple(tensor.shape))
 
     @override
     def _do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor:
         # Every rank runs the same graph: its bytes times 1 (the source) or 0, summed.
-        data = carriers.as_bytes(tensor).to(self._device)
+        data = byte_view.as_bytes(tensor).to(self._device)
         keep = torch.full((1,), int(self._layout.rank == src), dtype=torch.uint8)
         summed = [data * keep.to(self._device)]
         self._xm.all_reduce("sum", summed, groups=self._replica_groups(group))
         raw = summed[0] if _on_xla(tensor) else self._cpu(summed[0])
-        return carriers.from_bytes(raw, tensor.dtype, tuple(tensor.shape))
+        return byte_view.from_bytes(raw, tensor.dtype, tuple(tensor.shape))
 
     @override
     def _coordination_store(self) -> Any | None:

@@ -1,0 +1,76 @@
+"""A tensor as its raw bytes, and bytes back as a tensor: the one place that does it.
+
+Backends move the dtypes they lack (and object frames their tensors) as uint8. Viewing a
+tensor as bytes with ``tensor.view(torch.uint8)`` fails on layouts torch calls contiguous:
+a dimension of size 1 may have any stride (``torch.arange(4.)[::2][:1]`` has stride 2), and
+``view`` to another element size wants a last stride of 1. Here a contiguous tensor is read
+as the dense run of elements it is (no copy, its storage shared, so writes into the bytes
+land in the tensor); any other layout is copied first. Going back, bytes that do not start
+on an element boundary of the wanted dtype are copied once, never misread.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["as_byte_rows", "as_bytes", "from_byte_rows", "from_bytes", "shares_bytes"]
+
+
+def as_bytes(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s elements in order as a flat uint8 tensor (``numel * itemsize`` bytes).
+
+    A view sharing ``tensor``'s storage when ``tensor.is_contiguous()`` (whatever the strides
+    of its size-1 dimensions), else a copy. Bools give their bytes as they are stored.
+    """
+    dense = tensor if tensor.is_contiguous() else tensor.contiguous()
+    flat = dense.reshape(-1)  # a view: dense is contiguous
+    if flat.stride(0) != 1:  # one element, or none, with any stride
+        flat = flat.as_strided((flat.numel(),), (1,))  # from the same storage offset
+    return flat if flat.dtype == torch.uint8 else flat.view(torch.uint8)
+
+
+def shares_bytes(tensor: torch.Tensor) -> bool:
+    """Whether ``as_bytes(tensor)`` is a view (writes into it reach ``tensor``)."""
+    return tensor.is_contiguous()
+
+
+def from_bytes(data: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+    """The tensor of ``dtype`` and ``shape`` whose bytes are ``data`` (read in order).
+
+    A view of ``data`` where its layout allows, else a copy. Raises ValueError when the
+    number of bytes is not what ``shape`` needs.
+    """
+    need = math.prod(shape) * dtype.itemsize
+    if data.numel() * data.element_size() != need:
+        raise ValueError(
+            f"Got {data.numel() * data.element_size()} bytes for a {dtype} tensor of shape "
+            f"{tuple(shape)}, which needs {need}: the bytes and the shape must come from the "
+            "same tensor."
+        )
+    if not need:  # an empty row of a stacked buffer may start at any offset
+        return torch.empty(shape, dtype=dtype, device=data.device)
+    raw = as_bytes(data)
+    if raw.storage_offset() % dtype.itemsize:  # not on an element boundary: view would refuse
+        raw = raw.clone()
+    out = raw if dtype == torch.uint8 else raw.view(dtype)
+    return out.view(shape)
+
+
+def as_byte_rows(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` (at least 1-d) as a 2-d uint8 tensor with one row of bytes per entry of
+    dim 0, so that gathers and splits that count rows still count ``tensor``'s rows."""
+    if tensor.dim() == 0:
+        raise ValueError(
+            f"Got a 0-d tensor of {tensor.dtype}; rows of bytes need a tensor with a dim 0: "
+            "pass tensor.reshape(1)."
+        )
+    row = math.prod(tensor.shape[1:]) * tensor.dtype.itemsize
+    return as_bytes(tensor).view(tensor.shape[0], row)
+
+
+def from_byte_rows(rows: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Rows of bytes made by ``as_byte_rows`` from tensors like ``like`` (any number of rows),
+    back as one tensor of ``like``'s dtype and trailing shape."""
+    return from_bytes(rows, like.dtype, (rows.shape[0], *like.shape[1:]))
