@@ -17,6 +17,7 @@ __all__ = [
     "BarrierTimeout",
     "CollectiveMismatch",
     "DistributedError",
+    "GroupArgumentError",
     "PeerFailed",
     "PicklingError",
     "SpawnTimeoutError",
@@ -31,6 +32,11 @@ class DistributedError(RuntimeError):
 
 class BackendUnavailableError(DistributedError, ValueError):
     """The backend asked for is unknown or cannot run on this machine."""
+
+
+class GroupArgumentError(ValueError, TypeError):
+    """A ``group=`` or ``new_group()`` argument that is no group: a ``ValueError`` as ignite
+    raises, and a ``TypeError`` for code written against distbridge's earlier type."""
 
 
 class PicklingError(DistributedError, TypeError):

@@ -68,13 +68,7 @@ def init_process_group(
     extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
     launch = environments.detect()
     if init_method is not None or rank is not None or world_size is not None:
-        dist.init_process_group(
-            backend,
-            init_method=init_method or "env://",
-            rank=-1 if rank is None else rank,
-            world_size=-1 if world_size is None else world_size,
-            **extra,
-        )
+        _explicit_init(backend, extra, init_method or "env://", rank, world_size, launch)
     elif launch is None or (launch.world_size == 1 and launch.launcher != _TORCHELASTIC):
         dist.init_process_group(backend, store=HashStore(), rank=0, world_size=1, **extra)
     elif launch.launcher != _TORCHELASTIC and backend == "mpi":
@@ -89,8 +83,66 @@ def init_process_group(
         dist.init_process_group(
             backend, store=store, rank=launch.rank, world_size=launch.world_size, **extra
         )
+    elif launch.world_size == 1 and (launch.master_addr is None or launch.master_port is None):
+        # RANK / WORLD_SIZE=1 set by hand: nobody to meet, so no port is opened
+        dist.init_process_group(backend, store=HashStore(), rank=0, world_size=1, **extra)
     else:
+        fill_rendezvous_defaults()
         dist.init_process_group(backend, init_method="env://", **extra)
+
+
+#: What ignite fills in when RANK / WORLD_SIZE are set by hand without an address: every
+#: process of the job computes the same, so they meet there.
+DEFAULT_MASTER = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "15000"}
+
+
+def fill_rendezvous_defaults() -> None:
+    """Set ``MASTER_ADDR`` / ``MASTER_PORT`` to ``DEFAULT_MASTER`` where unset (as ignite does
+    for hand-set RANK / WORLD_SIZE); the model restores them at finalize()."""
+    for key, value in DEFAULT_MASTER.items():
+        if not os.environ.get(key):
+            os.environ[key] = value
+
+
+def _explicit_init(
+    backend: str,
+    extra: dict[str, Any],
+    init_method: str,
+    rank: int | None,
+    world_size: int | None,
+    launch: LaunchEnvironment | None,
+) -> None:
+    """``init_process_group`` with an ``init_method``; rank and world size not given come from
+    the launcher's variables (RANK / WORLD_SIZE), for every method as ignite reads them.
+
+    Raises:
+        DistributedError: the rendezvous at ``init_method`` failed or timed out; the message
+            names the address.
+    """
+    if rank is None and launch is not None:
+        rank = launch.rank
+    if world_size is None and launch is not None:
+        world_size = launch.world_size
+    if init_method.startswith("env://"):
+        fill_rendezvous_defaults()
+    try:
+        dist.init_process_group(
+            backend,
+            init_method=init_method,
+            rank=-1 if rank is None else rank,
+            world_size=-1 if world_size is None else world_size,
+            **extra,
+        )
+    except RuntimeError as err:  # DistNetworkError / DistStoreError: a timeout, a refusal
+        if init_method.startswith("env://"):
+            where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+        else:
+            where = init_method
+        raise DistributedError(
+            f"Rank {rank} of {world_size} could not meet its peers at {where!r} "
+            f"(init_method={init_method!r}): {err}. Check that rank 0 runs and that the address "
+            "is reachable, or pass a shorter timeout to fail sooner."
+        ) from err
 
 
 def rendezvous_address(launch: LaunchEnvironment) -> tuple[str, int]:
