@@ -13,6 +13,7 @@ import difflib
 from collections.abc import Iterable, Mapping
 
 __all__ = [
+    "ArgumentTypeError",
     "BackendUnavailableError",
     "BarrierTimeout",
     "CollectiveMismatch",
@@ -34,9 +35,13 @@ class BackendUnavailableError(DistributedError, ValueError):
     """The backend asked for is unknown or cannot run on this machine."""
 
 
-class GroupArgumentError(ValueError, TypeError):
-    """A ``group=`` or ``new_group()`` argument that is no group: a ``ValueError`` as ignite
-    raises, and a ``TypeError`` for code written against distbridge's earlier type."""
+class ArgumentTypeError(ValueError, TypeError):
+    """An argument of the wrong type where ignite raises ``ValueError``: both, so that
+    ``except ValueError`` (ignite's) and ``except TypeError`` catch it."""
+
+
+class GroupArgumentError(ArgumentTypeError):
+    """A ``group=`` or ``new_group()`` argument that is no group."""
 
 
 class PicklingError(DistributedError, TypeError):

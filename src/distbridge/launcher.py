@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import Any
 
 from distbridge import _api, environments
+from distbridge.errors import ArgumentTypeError
 
 __all__ = ["Parallel"]
 
@@ -173,18 +174,19 @@ def _check_spawn_layout(
 ) -> None:
     """ValueError, in ignite's order, for a layout ``spawn`` cannot start; ``spawn_only`` holds
     nnodes, node_rank, master_addr and master_port (None: not given)."""
-    if not isinstance(nproc_per_node, int) or nproc_per_node < 1:
-        raise ValueError(f"nproc_per_node must be an int >= 1, got {nproc_per_node!r}.")
     nnodes = 1 if spawn_only["nnodes"] is None else spawn_only["nnodes"]
-    if not isinstance(nnodes, int) or nnodes < 1:
-        raise ValueError(f"nnodes must be an int >= 1, got {nnodes!r}.")
+    for name, value in (("nproc_per_node", nproc_per_node), ("nnodes", nnodes)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            error = ValueError if isinstance(value, (int, float)) else ArgumentTypeError
+            raise error(f"{name} must be an int >= 1, got {value!r}.")
     node_rank = spawn_only["node_rank"]
     if node_rank is None and nnodes > 1:
         raise ValueError(
             f"nnodes={nnodes} needs node_rank, this machine's index in 0..{nnodes - 1}: pass it."
         )
     if node_rank is not None and (not isinstance(node_rank, int) or not 0 <= node_rank < nnodes):
-        raise ValueError(f"node_rank must be an int in 0..{nnodes - 1}, got {node_rank!r}.")
+        error = ValueError if isinstance(node_rank, (int, float)) else ArgumentTypeError
+        raise error(f"node_rank must be an int in 0..{nnodes - 1}, got {node_rank!r}.")
     addr = spawn_only["master_addr"] or os.environ.get("MASTER_ADDR")
     port = spawn_only["master_port"] or os.environ.get("MASTER_PORT")
     if nnodes > 1 and init_method is None and (not addr or not port):

@@ -80,9 +80,18 @@ def init_process_group(
         )
     elif os.environ.get(_AGENT_STORE_VAR) == "True":
         store = _agent_store_client(launch, timeout)
-        dist.init_process_group(
-            backend, store=store, rank=launch.rank, world_size=launch.world_size, **extra
-        )
+        try:
+            dist.init_process_group(
+                backend, store=store, rank=launch.rank, world_size=launch.world_size, **extra
+            )
+        except RuntimeError as err:  # DistStoreError: a peer never arrived
+            raise DistributedError(
+                f"Rank {launch.rank}: not all {launch.world_size} ranks of the job joined "
+                f"within the timeout (store at {launch.master_addr}:{launch.master_port}, "
+                f"{launch.nnodes or 1} node(s)): a node never started its workers or failed at "
+                f"start-up. Start every node with the same nnodes, master_addr and master_port. "
+                f"({err})"
+            ) from err
     elif launch.world_size == 1 and (launch.master_addr is None or launch.master_port is None):
         # RANK / WORLD_SIZE=1 set by hand: nobody to meet, so no port is opened
         dist.init_process_group(backend, store=HashStore(), rank=0, world_size=1, **extra)
@@ -140,8 +149,8 @@ def _explicit_init(
             where = init_method
         raise DistributedError(
             f"Rank {rank} of {world_size} could not meet its peers at {where!r} "
-            f"(init_method={init_method!r}): {err}. Check that rank 0 runs and that the address "
-            "is reachable, or pass a shorter timeout to fail sooner."
+            f"(init_method={init_method!r}): {str(err).rstrip('.')}. Start every rank with the "
+            "same init_method and world_size, and check that the address is reachable."
         ) from err
 
 
@@ -202,6 +211,11 @@ def _hosted_store(addr: str, port: int) -> Any:
     return TCPStore(addr, port, is_master=True, wait_for_workers=False, timeout=_default_timeout())
 
 
+#: The longest a worker waits to reach the store of a job started by another machine (node 0
+#: of a multi-node ``spawn``, torchrun's agent); ``timeout=`` makes it shorter.
+RENDEZVOUS_TIMEOUT = timedelta(minutes=10)
+
+
 def _default_timeout() -> timedelta:
     from torch.distributed.constants import default_pg_timeout
 
@@ -215,13 +229,26 @@ def _agent_store_client(launch: LaunchEnvironment, timeout: timedelta | None) ->
             f"{_AGENT_STORE_VAR}=True but MASTER_ADDR / MASTER_PORT are not set: the launcher's "
             "store cannot be found. Set both, or unset the variable."
         )
-    store = TCPStore(
-        launch.master_addr,
-        launch.master_port,
-        launch.world_size,
-        is_master=False,
-        timeout=timeout or _default_timeout(),
-    )
+    wait = timeout or _default_timeout()
+    connect = min(wait, RENDEZVOUS_TIMEOUT)
+    try:
+        store = TCPStore(
+            launch.master_addr,
+            launch.master_port,
+            launch.world_size,
+            is_master=False,
+            timeout=connect,
+        )
+    except RuntimeError as err:  # DistNetworkError: nobody listens there
+        where = f"{launch.master_addr}:{launch.master_port}"
+        node = "" if launch.node_rank is None else f" on node {launch.node_rank}"
+        raise DistributedError(
+            f"Rank {launch.rank}{node} could not reach the job's store at {where} (MASTER_ADDR /"
+            f" MASTER_PORT) within {connect.total_seconds():g} s: node 0 never started its "
+            f"workers or failed at start-up. Start node 0 with the same master_addr and "
+            f"master_port, or check that {where} is reachable from here. ({err})"
+        ) from err
+    store.set_timeout(wait)
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     return _per_initialization(store, launch.world_size, f"attempt{attempt}")
 
