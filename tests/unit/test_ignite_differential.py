@@ -54,6 +54,8 @@ ON_PURPOSE = {
     "Parallel(nnodes=...) without nproc_per_node": "| `nnodes`, `node_rank`, `master_addr`",
     "group='abc'": "| a `group=` or `new_group()` argument that is no group |",
     "a node whose other node never comes": "| a node of a multi-node `spawn` / `Parallel`",
+    "new_group([]) on 2 ranks": "| `new_group([])` on several ranks |",
+    "broadcast of a number on 2 ranks": "| `broadcast` of a number on several ranks",
 }
 _LAUNCH_VARS = (
     "RANK",
