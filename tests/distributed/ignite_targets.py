@@ -16,7 +16,7 @@ import ignite.distributed as ignite_dist
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torch.utils.data import BatchSampler, DistributedSampler, SequentialSampler
+from torch.utils.data import BatchSampler, DistributedSampler
 
 import distbridge as idist
 
