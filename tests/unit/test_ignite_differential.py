@@ -354,6 +354,17 @@ def test_queries_in_a_world_of_one_match_ignite() -> None:
         assert ours == theirs and type(ours) is type(theirs), name
     assert idist.new_group([0]) == ignite_dist.new_group([0])
     assert idist.one_rank_only()(lambda: 7)() == ignite_dist.one_rank_only()(lambda: 7)()
+    assert idist.sync() is None and ignite_dist.sync() is None
+    assert idist.show_config() is None and ignite_dist.show_config() is None
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for lib in (idist, ignite_dist):  # a world of one: unwrapped, on the device
+        assert type(lib.auto_model(model)) is torch.nn.Linear
+        assert lib.auto_optim(optimizer) is optimizer
+        loader = lib.auto_dataloader(list(range(6)), batch_size=4)
+        assert [b.tolist() for b in loader] == [[0, 1, 2, 3], [4, 5]]
+    with idist.one_rank_first(), ignite_dist.one_rank_first():
+        assert idist.get_rank() == ignite_dist.get_rank() == 0
 
 
 def _environment_effects(lib: ModuleType, port: int) -> tuple[dict[str, str], dict[str, str]]:
