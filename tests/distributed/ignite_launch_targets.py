@@ -57,13 +57,13 @@ def hand_set_rank(file_prefix: str) -> None:
     print(json.dumps(seen))
 
 
-def node(node_rank: int, port: int, timeout: float) -> None:
-    """One node of a 2-node ``Parallel`` job on loopback, 2 workers each; prints the results
-    as JSON, or the error as ``ERROR <type>: <message>`` (exit code 3)."""
+def node(node_rank: int, port: int, timeout: float, nproc: int = 2) -> None:
+    """One node of a 2-node ``Parallel`` job on loopback, ``nproc`` workers each; prints the
+    results as JSON, or the error as ``ERROR <type>: <message>`` (exit code 3)."""
     try:
         with idist.Parallel(
             backend="gloo",
-            nproc_per_node=2,
+            nproc_per_node=nproc,
             nnodes=2,
             node_rank=node_rank,
             master_addr="127.0.0.1",
