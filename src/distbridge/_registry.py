@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import overload
 
-from distbridge.errors import BackendUnavailableError, suggest
+from distbridge.errors import ArgumentTypeError, BackendUnavailableError, suggest
 from distbridge.models import BUILTIN_MODELS
 from distbridge.models.base import ComputationModel
 
@@ -79,7 +79,7 @@ class Registry:
     def for_backend(self, backend: str) -> type[ComputationModel]:
         """The model that runs ``backend``; BackendUnavailableError saying why when none can."""
         if not isinstance(backend, str):
-            raise TypeError(f"backend must be a str such as 'gloo', got {backend!r}.")
+            raise ArgumentTypeError(f"backend must be a str such as 'gloo', got {backend!r}.")
         available = self.available_backends()
         for model in self.models():
             if backend in model.backends:

@@ -141,8 +141,18 @@ def auto_dataloader(dataset: Dataset[Any], **kwargs: Any) -> DataLoader[Any] | A
         if "num_workers" in kwargs:
             per_node = _api.get_nproc_per_node()
             kwargs["num_workers"] = (kwargs["num_workers"] + per_node - 1) // per_node
-        if not isinstance(dataset, IterableDataset):
+        if "batch_sampler" in kwargs:  # it chooses the indices: nothing to shard here
+            warnings.warn(
+                "Found batch_sampler in provided kwargs: auto_dataloader uses it as given, so "
+                f"make sure it gives each of the {world} processes its own batches (e.g. "
+                "wrap a DistributedSampler in a BatchSampler).",
+                UserWarning,
+                stacklevel=2,
+            )
+        elif not isinstance(dataset, IterableDataset):
             sampler = kwargs.get("sampler")
+            if isinstance(sampler, DistributedSampler):
+                _check_distributed_sampler(sampler, world, rank)
             if sampler is None:
                 kwargs["sampler"] = DistributedSampler(
                     dataset,
@@ -172,6 +182,25 @@ def _require_context(what: str) -> None:
             f"{what}: this process is rank {_api.get_rank()} of {_api.get_world_size()} "
             "started by a launcher, but no distributed context is initialized. Call "
             "idist.initialize(backend) first (or use idist.Parallel)."
+        )
+
+
+def _check_distributed_sampler(sampler: DistributedSampler[Any], world: int, rank: int) -> None:
+    """Warn, naming both values, when ``sampler`` shards for another rank or world size."""
+    if sampler.rank != rank:
+        warnings.warn(
+            f"Found distributed sampler with rank={sampler.rank}, but process rank is {rank}: "
+            f"this process reads rank {sampler.rank}'s shard. Make it with rank={rank}.",
+            UserWarning,
+            stacklevel=3,
+        )
+    if sampler.num_replicas != world:
+        warnings.warn(
+            f"Found distributed sampler with num_replicas={sampler.num_replicas}, but world "
+            f"size is {world}: the shards overlap or miss samples. Make it with "
+            f"num_replicas={world}.",
+            UserWarning,
+            stacklevel=3,
         )
 
 

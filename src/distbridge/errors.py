@@ -13,10 +13,12 @@ import difflib
 from collections.abc import Iterable, Mapping
 
 __all__ = [
+    "ArgumentTypeError",
     "BackendUnavailableError",
     "BarrierTimeout",
     "CollectiveMismatch",
     "DistributedError",
+    "GroupArgumentError",
     "PeerFailed",
     "PicklingError",
     "SpawnTimeoutError",
@@ -31,6 +33,15 @@ class DistributedError(RuntimeError):
 
 class BackendUnavailableError(DistributedError, ValueError):
     """The backend asked for is unknown or cannot run on this machine."""
+
+
+class ArgumentTypeError(ValueError, TypeError):
+    """An argument of the wrong type where ignite raises ``ValueError``: both, so that
+    ``except ValueError`` (ignite's) and ``except TypeError`` catch it."""
+
+
+class GroupArgumentError(ArgumentTypeError):
+    """A ``group=`` or ``new_group()`` argument that is no group."""
 
 
 class PicklingError(DistributedError, TypeError):

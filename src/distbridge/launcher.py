@@ -7,11 +7,13 @@ is ``from ignite.distributed.launcher import Parallel`` with one import changed,
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
 from distbridge import _api, environments
+from distbridge.errors import ArgumentTypeError
 
 __all__ = ["Parallel"]
 
@@ -38,7 +40,8 @@ class Parallel:
         nnodes: number of machines (spawn only).
         node_rank: this machine's index (spawn only).
         master_addr: address of node 0 (spawn only).
-        master_port: port of node 0; a free one by default on one machine (spawn only).
+        master_port: port of node 0 (an int, or a str of digits as argparse gives); a free one
+            by default on one machine (spawn only).
         init_method: torch.distributed init method (native backends).
         spawn_kwargs: further arguments for ``spawn`` (``timeout``, ``start_method``, ...).
     """
@@ -50,7 +53,7 @@ class Parallel:
         nnodes: int | None = None,
         node_rank: int | None = None,
         master_addr: str | None = None,
-        master_port: int | None = None,
+        master_port: int | str | None = None,
         init_method: str | None = None,
         **spawn_kwargs: Any,
     ) -> None:
@@ -76,6 +79,8 @@ class Parallel:
             )
         if nproc_per_node is not None:
             spawn_only = _per_node_defaults(spawn_only)
+            spawn_only["master_port"] = _port(spawn_only["master_port"])
+            _check_spawn_layout(nproc_per_node, spawn_only, init_method)
         self.backend = backend
         self._spawn_params: dict[str, Any] | None = None
         if nproc_per_node is not None:
@@ -153,3 +158,40 @@ def _per_node_defaults(spawn_only: dict[str, Any]) -> dict[str, Any]:
         "master_port": launch.master_port,
     }
     return {k: v if v is not None else from_launcher[k] for k, v in spawn_only.items()}
+
+
+def _port(port: object) -> int | None:
+    """``port`` as an int: a str of digits is taken, as ignite takes what argparse gives."""
+    if isinstance(port, str) and port.strip().isdigit():
+        return int(port)
+    if port is not None and (not isinstance(port, int) or isinstance(port, bool)):
+        raise ValueError(f"master_port must be a port number (1..65535), got {port!r}.")
+    return port
+
+
+def _check_spawn_layout(
+    nproc_per_node: object, spawn_only: dict[str, Any], init_method: str | None
+) -> None:
+    """ValueError, in ignite's order, for a layout ``spawn`` cannot start; ``spawn_only`` holds
+    nnodes, node_rank, master_addr and master_port (None: not given)."""
+    nnodes = 1 if spawn_only["nnodes"] is None else spawn_only["nnodes"]
+    for name, value in (("nproc_per_node", nproc_per_node), ("nnodes", nnodes)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            error = ValueError if isinstance(value, (int, float)) else ArgumentTypeError
+            raise error(f"{name} must be an int >= 1, got {value!r}.")
+    node_rank = spawn_only["node_rank"]
+    if node_rank is None and nnodes > 1:
+        raise ValueError(
+            f"nnodes={nnodes} needs node_rank, this machine's index in 0..{nnodes - 1}: pass it."
+        )
+    if node_rank is not None and (not isinstance(node_rank, int) or not 0 <= node_rank < nnodes):
+        error = ValueError if isinstance(node_rank, (int, float)) else ArgumentTypeError
+        raise error(f"node_rank must be an int in 0..{nnodes - 1}, got {node_rank!r}.")
+    addr = spawn_only["master_addr"] or os.environ.get("MASTER_ADDR")
+    port = spawn_only["master_port"] or os.environ.get("MASTER_PORT")
+    if nnodes > 1 and init_method is None and (not addr or not port):
+        raise ValueError(
+            f"nnodes={nnodes} needs node 0's address and a port that every node passes, got "
+            f"master_addr={spawn_only['master_addr']!r}, master_port={spawn_only['master_port']!r}"
+            ": pass both (or export MASTER_ADDR / MASTER_PORT on every node), or an init_method."
+        )

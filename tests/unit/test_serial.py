@@ -386,9 +386,11 @@ def test_group_ranks_must_be_unique() -> None:
             call()
 
 
-def test_empty_group_is_refused() -> None:
-    with pytest.raises(ValueError, match=r"A group needs at least one rank"):
-        idist.all_reduce(1, group=[])
+def test_empty_group_is_one_no_rank_belongs_to() -> None:
+    # as torch's and ignite's: collectives on it give back their input
+    assert idist.new_group([]) == []
+    assert idist.all_reduce(1, group=[]) == 1
+    assert idist.all_gather("x", group=idist.new_group([])) == "x"
 
 
 @pytest.mark.parametrize("bad", [["a"], [0.0], [True], [None]])

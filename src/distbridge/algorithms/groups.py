@@ -13,6 +13,8 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from distbridge.errors import GroupArgumentError
+
 if TYPE_CHECKING:
     from distbridge.models.base import ComputationModel
 
@@ -32,9 +34,10 @@ def _is_rank(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def not_a_group(group: object) -> TypeError:
-    """The error every model raises for a ``group`` that is none of the accepted kinds."""
-    return TypeError(
+def not_a_group(group: object) -> GroupArgumentError:
+    """The error every model raises for a ``group`` that is none of the accepted kinds (a
+    ValueError as ignite's, and a TypeError)."""
+    return GroupArgumentError(
         "group must be None, a list of ranks or a group from distbridge.new_group(), "
         f"got {group!r}."
     )
@@ -62,6 +65,8 @@ class GroupCache:
         if group is None:
             return None
         if isinstance(group, (list, tuple, range)):
+            if len(group) == 0:  # as torch's and ignite's: a group no rank belongs to
+                return self.NOT_A_MEMBER
             resolved = self.get(group)
         else:
             self._model._check_group(group)
@@ -71,8 +76,11 @@ class GroupCache:
         return resolved
 
     def get(self, ranks: Sequence[int], **kwargs: Any) -> Any:
-        """The cached group of ``ranks`` with ``kwargs``, created on first use."""
+        """The cached group of ``ranks`` with ``kwargs``, created on first use; ``[]`` for no
+        ranks (a group no rank belongs to: collectives on it give back their input)."""
         key_ranks = self._validate(ranks)
+        if not key_ranks:
+            return []
         key: object = (key_ranks, tuple(sorted(kwargs.items())))
         try:
             hash(key)
@@ -87,14 +95,14 @@ class GroupCache:
 
     def _validate(self, ranks: object) -> tuple[int, ...]:
         if not isinstance(ranks, (list, tuple, range)):
-            raise TypeError(f"A group must be a list of int ranks, got {ranks!r}.")
+            raise GroupArgumentError(f"A group must be a list of int ranks, got {ranks!r}.")
         world = self._model.get_world_size()
         # A huge range (range(2**40)) is refused without a walk over all of it.
         bad = [] if isinstance(ranks, range) else [r for r in ranks if not _is_rank(r)]
         if bad:
-            raise TypeError(f"Group ranks must be ints, got {bad[0]!r} in {_shown(ranks)}.")
-        if not ranks:
-            raise ValueError("A group needs at least one rank, got an empty list.")
+            raise GroupArgumentError(
+                f"Group ranks must be ints, got {bad[0]!r} in {_shown(ranks)}."
+            )
         outside = list(itertools.islice((r for r in ranks if not 0 <= r < world), _SHOWN + 1))
         if outside:
             shown = ", ".join(map(str, outside[:_SHOWN])) + (", ..." if outside[_SHOWN:] else "")

@@ -87,7 +87,7 @@ def spawn_native(
     nnodes: int = 1,
     node_rank: int = 0,
     master_addr: str | None = None,
-    master_port: int | None = None,
+    master_port: int | str | None = None,
     init_method: str | None = None,
     timeout: timedelta | float | None = None,
     start_method: str = "spawn",
@@ -116,6 +116,10 @@ def spawn_native(
         raise ValueError(
             "join=False is not supported: spawn supervises its workers until they end."
         )
+    if isinstance(master_port, str) and master_port.strip().isdigit():
+        master_port = int(master_port)  # what argparse gives without type=int, as ignite takes
+    if init_method == "env://":  # the job's store, its address exported as MASTER_ADDR / _PORT
+        init_method = None
     if master_port is not None and (
         not isinstance(master_port, int) or not 0 < master_port < 65536
     ):

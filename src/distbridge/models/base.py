@@ -117,8 +117,8 @@ class ComputationModel(BackendPrimitives):
             if resolved is NOT_A_MEMBER:
                 return x
             return self._gather_tensor(x.unsqueeze(0) if x.dim() == 0 else x, resolved)
-        if resolved is NOT_A_MEMBER:
-            return [x]
+        if resolved is NOT_A_MEMBER:  # as for tensors, and as ignite: the input back
+            return x
         return values.gather_values(self, x, resolved)
 
     def broadcast(

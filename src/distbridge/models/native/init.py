@@ -68,13 +68,7 @@ def init_process_group(
     extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
     launch = environments.detect()
     if init_method is not None or rank is not None or world_size is not None:
-        dist.init_process_group(
-            backend,
-            init_method=init_method or "env://",
-            rank=-1 if rank is None else rank,
-            world_size=-1 if world_size is None else world_size,
-            **extra,
-        )
+        _explicit_init(backend, extra, init_method or "env://", rank, world_size, launch)
     elif launch is None or (launch.world_size == 1 and launch.launcher != _TORCHELASTIC):
         dist.init_process_group(backend, store=HashStore(), rank=0, world_size=1, **extra)
     elif launch.launcher != _TORCHELASTIC and backend == "mpi":
@@ -86,11 +80,78 @@ def init_process_group(
         )
     elif os.environ.get(_AGENT_STORE_VAR) == "True":
         store = _agent_store_client(launch, timeout)
-        dist.init_process_group(
-            backend, store=store, rank=launch.rank, world_size=launch.world_size, **extra
-        )
+        try:
+            dist.init_process_group(
+                backend, store=store, rank=launch.rank, world_size=launch.world_size, **extra
+            )
+        except RuntimeError as err:  # DistStoreError: a peer never arrived
+            raise DistributedError(
+                f"Rank {launch.rank}: not all {launch.world_size} ranks of the job joined "
+                f"within the timeout (store at {launch.master_addr}:{launch.master_port}, "
+                f"{launch.nnodes or 1} node(s)): a node never started its workers or failed at "
+                f"start-up. Start every node with the same nnodes, master_addr and master_port. "
+                f"({err})"
+            ) from err
+    elif launch.world_size == 1 and (launch.master_addr is None or launch.master_port is None):
+        # RANK / WORLD_SIZE=1 set by hand: nobody to meet, so no port is opened
+        dist.init_process_group(backend, store=HashStore(), rank=0, world_size=1, **extra)
     else:
+        fill_rendezvous_defaults()
         dist.init_process_group(backend, init_method="env://", **extra)
+
+
+#: What ignite fills in when RANK / WORLD_SIZE are set by hand without an address: every
+#: process of the job computes the same, so they meet there.
+DEFAULT_MASTER = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "15000"}
+
+
+def fill_rendezvous_defaults() -> None:
+    """Set ``MASTER_ADDR`` / ``MASTER_PORT`` to ``DEFAULT_MASTER`` where unset (as ignite does
+    for hand-set RANK / WORLD_SIZE); the model restores them at finalize()."""
+    for key, value in DEFAULT_MASTER.items():
+        if not os.environ.get(key):
+            os.environ[key] = value
+
+
+def _explicit_init(
+    backend: str,
+    extra: dict[str, Any],
+    init_method: str,
+    rank: int | None,
+    world_size: int | None,
+    launch: LaunchEnvironment | None,
+) -> None:
+    """``init_process_group`` with an ``init_method``; rank and world size not given come from
+    the launcher's variables (RANK / WORLD_SIZE), for every method as ignite reads them.
+
+    Raises:
+        DistributedError: the rendezvous at ``init_method`` failed or timed out; the message
+            names the address.
+    """
+    if rank is None and launch is not None:
+        rank = launch.rank
+    if world_size is None and launch is not None:
+        world_size = launch.world_size
+    if init_method.startswith("env://"):
+        fill_rendezvous_defaults()
+    try:
+        dist.init_process_group(
+            backend,
+            init_method=init_method,
+            rank=-1 if rank is None else rank,
+            world_size=-1 if world_size is None else world_size,
+            **extra,
+        )
+    except RuntimeError as err:  # DistNetworkError / DistStoreError: a timeout, a refusal
+        if init_method.startswith("env://"):
+            where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+        else:
+            where = init_method
+        raise DistributedError(
+            f"Rank {rank} of {world_size} could not meet its peers at {where!r} "
+            f"(init_method={init_method!r}): {str(err).rstrip('.')}. Start every rank with the "
+            "same init_method and world_size, and check that the address is reachable."
+        ) from err
 
 
 def rendezvous_address(launch: LaunchEnvironment) -> tuple[str, int]:
@@ -150,6 +211,11 @@ def _hosted_store(addr: str, port: int) -> Any:
     return TCPStore(addr, port, is_master=True, wait_for_workers=False, timeout=_default_timeout())
 
 
+#: The longest a worker waits to reach the store of a job started by another machine (node 0
+#: of a multi-node ``spawn``, torchrun's agent); ``timeout=`` makes it shorter.
+RENDEZVOUS_TIMEOUT = timedelta(minutes=10)
+
+
 def _default_timeout() -> timedelta:
     from torch.distributed.constants import default_pg_timeout
 
@@ -163,13 +229,26 @@ def _agent_store_client(launch: LaunchEnvironment, timeout: timedelta | None) ->
             f"{_AGENT_STORE_VAR}=True but MASTER_ADDR / MASTER_PORT are not set: the launcher's "
             "store cannot be found. Set both, or unset the variable."
         )
-    store = TCPStore(
-        launch.master_addr,
-        launch.master_port,
-        launch.world_size,
-        is_master=False,
-        timeout=timeout or _default_timeout(),
-    )
+    wait = timeout or _default_timeout()
+    connect = min(wait, RENDEZVOUS_TIMEOUT)
+    try:
+        store = TCPStore(
+            launch.master_addr,
+            launch.master_port,
+            launch.world_size,
+            is_master=False,
+            timeout=connect,
+        )
+    except RuntimeError as err:  # DistNetworkError: nobody listens there
+        where = f"{launch.master_addr}:{launch.master_port}"
+        node = "" if launch.node_rank is None else f" on node {launch.node_rank}"
+        raise DistributedError(
+            f"Rank {launch.rank}{node} could not reach the job's store at {where} (MASTER_ADDR /"
+            f" MASTER_PORT) within {connect.total_seconds():g} s: node 0 never started its "
+            f"workers or failed at start-up. Start node 0 with the same master_addr and "
+            f"master_port, or check that {where} is reachable from here. ({err})"
+        ) from err
+    store.set_timeout(wait)
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     return _per_initialization(store, launch.world_size, f"attempt{attempt}")
 

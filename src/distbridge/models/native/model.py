@@ -39,7 +39,12 @@ from distbridge.models.native.checks import (
     check_group_options,
     optional_argument,
 )
-from distbridge.models.native.init import as_timeout, join_job, spawn_gpu_problem
+from distbridge.models.native.init import (
+    DEFAULT_MASTER,
+    as_timeout,
+    join_job,
+    spawn_gpu_problem,
+)
 from distbridge.reliability import coordination, fail_together
 from distbridge.reliability.connections import Connections
 from distbridge.reliability.debug import debug_flag
@@ -150,15 +155,22 @@ class NativeModel(LayoutQueries, ComputationModel):
                 f"{dist.get_backend()!r}); call distbridge.finalize() before initialize()."
             )
         connections = Connections()  # gloo's; NCCL and MPI abort by their own means
-        with connections.opening(fail_together.store_ports, backend == "gloo"):
-            layout = join_job(
-                backend,
-                timeout=as_timeout(kwargs.get("timeout")),
-                init_method=optional_argument("init_method", kwargs.get("init_method"), str, 0),
-                rank=optional_argument("rank", kwargs.get("rank"), int, 0),
-                world_size=optional_argument("world_size", kwargs.get("world_size"), int, 1),
-            )
-        model = cls(backend, layout, env_set=export_layout(layout), connections=connections)
+        before = {key: os.environ.get(key) for key in DEFAULT_MASTER}  # join_job may fill them
+        try:
+            with connections.opening(fail_together.store_ports, backend == "gloo"):
+                layout = join_job(
+                    backend,
+                    timeout=as_timeout(kwargs.get("timeout")),
+                    init_method=optional_argument("init_method", kwargs.get("init_method"), str, 0),
+                    rank=optional_argument("rank", kwargs.get("rank"), int, 0),
+                    world_size=optional_argument("world_size", kwargs.get("world_size"), int, 1),
+                )
+        except BaseException:
+            _restore_env(before)
+            raise
+        filled = {key: old for key, old in before.items() if os.environ.get(key) != old}
+        env_set = {**filled, **export_layout(layout)}
+        model = cls(backend, layout, env_set=env_set, connections=connections)
         if layout.world_size > 1:  # a failure here or on a peer ends the others' collectives
             rank, abort = layout.rank, model.abort_communicator
             fail_together.install_excepthook(rank, layout.world_size, abort)
@@ -208,11 +220,7 @@ class NativeModel(LayoutQueries, ComputationModel):
             dist.destroy_process_group()
         self._groups.clear()
         self._store = None
-        for key, old in self._env_restore.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
+        _restore_env(self._env_restore)
         self._env_restore.clear()
 
     def abort_communicator(self) -> None:
@@ -420,3 +428,12 @@ class NativeModel(LayoutQueries, ComputationModel):
         if group is None:
             return tuple(range(self._layout.world_size))
         return tuple(dist.get_process_group_ranks(group))
+
+
+def _restore_env(previous: Mapping[str, str | None]) -> None:
+    """Put the variables of ``previous`` back as they were (None: unset)."""
+    for key, old in previous.items():
+        if old is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = old
