@@ -45,15 +45,9 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """Run a marked test on every rank of its world; leave other tests to pytest."""
-    marker = pyfuncitem.get_closest_marker(MARKER)
-    if marker is None:
+    options = _options(pyfuncitem)
+    if options is None:
         return None
-    if marker.args:
-        pytest.fail(
-            f"@pytest.mark.{MARKER} takes keyword options only (nproc=, backend=, timeout=, "
-            f"debug=), got positional {marker.args!r}.",
-            pytrace=False,
-        )
     if pyfuncitem.cls is not None:
         pytest.fail(
             f"@pytest.mark.{MARKER} runs module-level test functions; {pyfuncitem.name} is a "
@@ -70,9 +64,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     live = pyfuncitem.config.getoption("capture", None) == "no"  # pytest -s
     message: str | None = None
     try:
-        result = pool.run(
-            pyfuncitem.obj, kwargs, on_output=_show if live else None, **marker.kwargs
-        )
+        result = pool.run(pyfuncitem.obj, kwargs, on_output=_show if live else None, **options)
     except (TypeError, ValueError) as err:  # a bad option or an argument that does not pickle
         message = f"@pytest.mark.{MARKER}: {err}"
     if message is not None:  # outside the except: one message, not the TypeError's as well
@@ -102,6 +94,25 @@ def pytest_runtest_makereport(
     if location is not None and report.skipped and isinstance(report.longrepr, tuple):
         report.longrepr = (location[0], location[1], report.longrepr[2])
     return report
+
+
+def _options(item: pytest.Function) -> dict[str, Any] | None:
+    """The marker's options for this test, None when it is not marked. Several markers
+    combine, the nearest option winning: a ``pytest.param(..., marks=...)`` marker over the
+    function's, the function's over its module's (``pytestmark``)."""
+    params = getattr(getattr(item, "callspec", None), "marks", [])
+    own = [mark for mark in params if mark.name == MARKER]
+    marks = [mark for mark in item.iter_markers(MARKER) if mark not in own]
+    options: dict[str, Any] = {}
+    for mark in [*reversed(marks), *own]:
+        if mark.args:
+            pytest.fail(
+                f"@pytest.mark.{MARKER} takes keyword options only (nproc=, backend=, "
+                f"timeout=, debug=), got positional {mark.args!r}.",
+                pytrace=False,
+            )
+        options.update(mark.kwargs)
+    return options if marks or own else None
 
 
 def _for_ranks(item: pytest.Function, name: str) -> Any:

@@ -59,6 +59,11 @@ class Outcome:
     world_kept: bool = True
     detail: str = ""
 
+    @property
+    def skipped(self) -> bool:
+        """The test called ``pytest.skip`` on this rank."""
+        return self.error_type == "Skipped"
+
 
 def make_task(task_id: int, fn: Callable[..., Any], kwargs: Mapping[str, Any] | None) -> Task:
     """A `Task` that calls ``fn(**kwargs)``; refuses what the ranks could not find or receive.

@@ -11,7 +11,6 @@ from distbridge.testing._where import user_frame, where
 __all__ = ["RanksFailedError", "WorldRun"]
 
 _PEER_FAILED = "PeerFailed"
-_SKIPPED = "Skipped"
 
 
 class RanksFailedError(DistributedError):
@@ -61,10 +60,10 @@ class WorldRun:
 
         The reason names the skipped ranks unless every rank skipped for the same reason.
         """
-        skipped = [o for o in self.outcomes if o.error_type == _SKIPPED]
+        skipped = [o for o in self.outcomes if o.skipped]
         if self.timed_out or not skipped:
             return None
-        if any(not o.passed and o.error_type != _SKIPPED for o in self.outcomes):
+        if any(not (o.passed or o.skipped) for o in self.outcomes):
             return None
         reasons: dict[str, list[int]] = {}
         for outcome in sorted(skipped, key=lambda o: o.rank):
@@ -90,7 +89,7 @@ class WorldRun:
         """The file and line (1-based) of the first skipped rank's call that skipped, in
         the test's file (None when unknown)."""
         for outcome in sorted(self.outcomes, key=lambda o: o.rank):
-            if outcome.error_type == _SKIPPED:
+            if outcome.skipped:
                 found = user_frame(outcome.traceback, self.path)
                 if found is not None:
                     return found[0].path, found[0].line

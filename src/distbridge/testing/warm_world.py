@@ -218,7 +218,8 @@ class WarmWorld:
         stacks = self._stacks(stopped)
         result = WorldRun(task.function, self.describe(), outcomes, stopped, timeout, timed_out)
         result.stacks, result.outputs, result.path = stacks, outputs, task.path
-        result.replaced = bool(stopped) or not all(o.passed and o.world_kept for o in outcomes)
+        ended = all((o.passed or o.skipped) and o.world_kept for o in outcomes)
+        result.replaced = bool(stopped) or not ended
         if result.replaced:
             self.close(graceful=False)
         return result
