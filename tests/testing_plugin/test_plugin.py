@@ -307,11 +307,10 @@ def test_a_skip_on_some_ranks_is_a_skip_at_the_test_line(
 ) -> None:
     pids = tmp_path / "pids"
     path = _write(pytester, pids, """
-from distbridge.testing import skip_if_any_rank
-
-
 @pytest.mark.distbridge(nproc=2)
 def test_together():
+    from distbridge.testing import skip_if_any_rank
+
     note_pid("together")
     skip_if_any_rank(idist.get_rank() == 1, "no GPU")
     idist.all_reduce(1)
