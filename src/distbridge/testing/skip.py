@@ -12,8 +12,8 @@ def skip_if_any_rank(condition: bool, reason: str) -> None:
 
     Every rank must call it (it is a collective: the ranks exchange their conditions), so
     they all skip together and the warm world stays up. The reason says which ranks asked:
-    ``"no GPU (ranks 1, 3 of 4)"``. Without a distributed context it is ``pytest.skip(reason)``
-    when ``condition`` is true.
+    ``"no GPU (ranks 1, 3 of 4)"``. In a world of one rank (or without a distributed
+    context) it is ``pytest.skip(reason)`` when ``condition`` is true.
 
     Raises:
         TypeError: ``condition`` is not a bool or ``reason`` is not a non-empty str.
@@ -31,6 +31,8 @@ def skip_if_any_rank(condition: bool, reason: str) -> None:
     for rank, why in enumerate(asked):
         if why:
             by_reason.setdefault(why, []).append(rank)
+    if len(asked) == 1 and condition:  # one rank: nothing to say about ranks
+        pytest.skip(reason)
     if by_reason:
         pytest.skip(
             "; ".join(
