@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
+    from collections.abc import Generator
+
     from distbridge.testing.warm_world import WorldPool
 
 __all__ = [

@@ -101,10 +101,12 @@ class WorldRun:
             raise RanksFailedError(self.report())
 
     def first_failure(self) -> Outcome | None:
-        """The failure that came first, preferring one that is not a peer's `PeerFailed`."""
+        """The failure that came first, preferring a rank's own error to a peer's
+        `PeerFailed`, and either to a skip."""
         failures = [outcome for outcome in self.outcomes if not outcome.passed]
-        own = [outcome for outcome in failures if outcome.error_type != _PEER_FAILED]
-        return (own or failures)[0] if failures else None
+        own = [o for o in failures if o.error_type != _PEER_FAILED and not o.skipped]
+        peers = [o for o in failures if o.error_type == _PEER_FAILED]
+        return (own or peers or failures)[0] if failures else None
 
     def report(self) -> str:
         """Every rank's part: tracebacks of the ranks that failed, stacks of those stopped."""
