@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -38,9 +39,17 @@ def note_pid(test):
 """
 
 
-def _write(pytester: pytest.Pytester, pids: Path, body: str) -> None:
+def _write(pytester: pytest.Pytester, pids: Path, body: str) -> Path:
     pids.mkdir(exist_ok=True)
-    pytester.makepyfile(_HEADER.format(pids=str(pids)) + body)
+    return pytester.makepyfile(_HEADER.format(pids=str(pids)) + body)
+
+
+def _line_of(path: Path, text: str) -> str:
+    """``name.py:12``: where ``text`` first appears in the file (1-based)."""
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if text in line:
+            return f"{path.name}:{number}"
+    raise AssertionError(f"{text!r} is not in {path}")
 
 
 def _pids(folder: Path, test: str) -> dict[int, int]:
@@ -140,7 +149,7 @@ def test_a_hung_test_shows_every_rank_stack_and_the_next_gets_a_fresh_world(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
     pids = tmp_path / "pids"
-    _write(pytester, pids, """
+    path = _write(pytester, pids, """
 def sleep_forever():
     time.sleep(1000)
 
@@ -162,6 +171,11 @@ def test_next():
     result.assert_outcomes(passed=1, failed=1)
     out = result.stdout.str()
     assert "test_hangs ran past its timeout of 5 s on 2 gloo ranks: ranks 0, 1 still running" in out
+    # where each rank is, read from its stack: the user's innermost line and what it called
+    sleeping, waiting = _line_of(path, "time.sleep(1000)"), _line_of(path, "idist.barrier()")
+    assert f"(rank 0 in sleep_forever at {sleeping}, rank 1 in barrier at {waiting})" in out
+    assert f"  rank 0: still running, stopped at the timeout, in sleep_forever at {sleeping}" in out
+    assert f"  rank 1: still running, stopped at the timeout, in barrier at {waiting}" in out
     stacks = out.split("---- rank 0: Python stack when stopped ----")[1]
     rank0, rank1 = stacks.split("---- rank 1: Python stack when stopped ----")
     assert "in sleep_forever" in rank0
@@ -227,15 +241,27 @@ def test_misspelled():
 @pytest.mark.distbridge(nproc=2, backend=None)
 def test_serial_with_two():
     pass
+
+
+@pytest.mark.distbridge(nproc=2)
+def test_capsys(capsys):
+    pass
 """)  # fmt: skip
     result = _run(pytester)
-    result.assert_outcomes(failed=3)
+    result.assert_outcomes(failed=4)
     out = result.stdout.str()
     assert "test_unpicklable's argument 'lock'" in out
     assert "cannot be sent to the ranks" in out
     assert "Unknown option 'nprocs'" in out
-    assert "Did you mean 'nproc'?" in out
     assert "backend=None runs serially, on one rank; got nproc=2" in out
+    assert "test_capsys takes 'capsys', which captures this pytest process's output" in out
+    # each said once, on its own: no chained exception around it
+    assert out.count("Did you mean 'nproc'?") == 1
+    assert out.count("cannot be sent to the ranks") == 1
+    assert out.count("contextlib.redirect_stdout") == 1
+    assert "During handling of the above exception" not in out
+    assert "direct cause of the following exception" not in out
+    assert "Can't pickle" not in out and "pickle local object" not in out
 
 
 _LOADED = """
@@ -273,3 +299,215 @@ def test_a_session_without_marked_tests_imports_no_torch(pytester: pytest.Pytest
     result = _run(pytester, "-s")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["LOADED: none"])
+
+
+@pytest.mark.timeout(240)
+def test_a_skip_on_some_ranks_is_a_skip_at_the_test_line(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    pids = tmp_path / "pids"
+    path = _write(pytester, pids, """
+@pytest.mark.distbridge(nproc=2)
+def test_together():
+    from distbridge.testing import skip_if_any_rank
+
+    note_pid("together")
+    skip_if_any_rank(idist.get_rank() == 1, "no GPU")
+    idist.all_reduce(1)
+
+
+@pytest.mark.distbridge(nproc=2)
+def test_kept():
+    note_pid("kept")
+    assert idist.all_reduce(1) == 2
+
+
+@pytest.mark.distbridge(nproc=2)
+def test_one_rank_alone():
+    if idist.get_rank() == 1:
+        pytest.skip("rank 1 has no data")
+
+
+@pytest.mark.distbridge(nproc=2)
+def test_every_rank():
+    pytest.skip("not today")
+
+
+@pytest.mark.distbridge(nproc=2, timeout=60)
+def test_one_rank_while_the_other_waits():
+    note_pid("waits")
+    if idist.get_rank() == 1:
+        pytest.skip("rank 1 skips on its own")
+    idist.all_reduce(1)
+
+
+@pytest.mark.distbridge(nproc=2)
+def test_fresh():
+    note_pid("fresh")
+    assert idist.all_reduce(1) == 2
+""")  # fmt: skip
+    result = _run(pytester)
+    result.assert_outcomes(passed=2, skipped=4)
+    out = result.stdout.str()
+    # each skip is placed at its line in the test file, with the ranks that asked
+    assert f"{_line_of(path, 'skip_if_any_rank(idist')}: no GPU (rank 1 of 2)" in out
+    alone = _line_of(path, 'pytest.skip("rank 1 has no data")')
+    assert f"{alone}: skipped on rank 1 of 2 gloo ranks: rank 1 has no data" in out
+    every = _line_of(path, 'pytest.skip("not today")')
+    assert f"{every}: not today" in out
+    waited = _line_of(path, 'pytest.skip("rank 1 skips on its own")')
+    assert (
+        f"{waited}: skipped on rank 1 of 2 gloo ranks: rank 1 skips on its own (rank 0 still "
+        "ran and was stopped, waiting for the skipped ranks: skip on every rank together with "
+        "distbridge.testing.skip_if_any_rank)"
+    ) in out
+    assert "distbridge_pytest.py" not in out
+    # skipping together keeps the world; a rank left waiting gets a fresh one
+    together, kept = _pids(pids, "together"), _pids(pids, "kept")
+    assert len(together) == 2 and together == kept, "the world was replaced after a skip"
+    waits, fresh = _pids(pids, "waits"), _pids(pids, "fresh")
+    assert len(fresh) == 2 and not set(waits.values()) & set(fresh.values())
+
+
+@pytest.mark.timeout(180)
+def test_dash_s_shows_each_rank_output_live(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """Each rank prints, then waits for a file that the outer test writes only once it has
+    read both lines from the inner session's live output."""
+    go = tmp_path / "go"
+    _write(pytester, tmp_path / "pids", f"""
+GO = Path({str(go)!r})
+
+
+@pytest.mark.distbridge(nproc=2, timeout=90)
+def test_waits_for_go():
+    print(f"rank {{idist.get_rank()}} waits for go")
+    deadline = time.monotonic() + 80
+    while not GO.exists():
+        assert time.monotonic() < deadline, "nobody saw the output live"
+        time.sleep(0.05)
+    print("went")
+""")  # fmt: skip
+    session = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", "-q"],
+        cwd=pytester.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(session.stdout or ()), daemon=True)
+    reader.start()
+    try:
+        wanted = {"[rank 0] rank 0 waits for go", "[rank 1] rank 1 waits for go"}
+        deadline = time.monotonic() + 100
+        while not wanted <= {line.strip() for line in list(lines)}:
+            assert session.poll() is None, "".join(lines)
+            assert time.monotonic() < deadline, "no live output:\n" + "".join(lines)
+            time.sleep(0.05)
+        go.touch()
+        assert session.wait(timeout=60) == 0, "".join(lines)
+    finally:
+        if session.poll() is None:
+            os.kill(session.pid, signal.SIGKILL)
+            session.wait()
+    reader.join(10)
+    out = "".join(lines)
+    assert "[rank 0] went" in out and "[rank 1] went" in out
+    assert "1 passed" in out
+
+
+@pytest.mark.timeout(180)
+def test_the_marker_combines_with_parametrize_and_param_marks(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    pids = tmp_path / "pids"
+    _write(pytester, pids, """
+@pytest.mark.distbridge(nproc=2)
+@pytest.mark.parametrize(
+    "size", [2, pytest.param(4, marks=pytest.mark.distbridge(nproc=4), id="four")]
+)
+def test_world(size, tmp_path):
+    note_pid(f"world{size}")
+    assert tmp_path.is_dir()
+    assert idist.get_world_size() == size
+
+
+@pytest.mark.parametrize(
+    "nproc",
+    [
+        pytest.param(1, marks=pytest.mark.distbridge(nproc=1, backend=None)),
+        pytest.param(2, marks=pytest.mark.distbridge(nproc=2)),
+        pytest.param(0),  # no marker: runs in the pytest process
+    ],
+)
+def test_only_marked_params_spread(nproc):
+    assert idist.get_world_size() == max(nproc, 1)
+    assert idist.all_reduce(1) == max(nproc, 1)
+""")  # fmt: skip
+    result = _run(pytester, "-v")
+    result.assert_outcomes(passed=5)
+    result.stdout.fnmatch_lines(["*test_world?four? PASSED*"])
+    assert sorted(_pids(pids, "world2")) == [0, 1]
+    assert sorted(_pids(pids, "world4")) == [0, 1, 2, 3]
+
+
+@pytest.mark.timeout(180)
+def test_a_debug_mode_failure_heads_the_report_with_what_each_rank_called(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    _write(pytester, tmp_path / "pids", """
+from distbridge.testing import faults
+
+
+@pytest.mark.distbridge(nproc=2, debug=True)
+def test_wrong_dtype():
+    with faults.inject(faults.WrongDtype(torch.float64), op="all_reduce", rank=1):
+        idist.all_reduce(torch.ones(4))
+""")  # fmt: skip
+    result = _run(pytester)
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    head = out.partition("test_wrong_dtype failed on rank")[2].partition("What each rank did:")[0]
+    assert "they differ in dtype. What each rank called:" in head
+    assert "all_reduce(type=tensor, dtype=float32, shape=[4], op=SUM)" in head
+    assert "all_reduce(type=tensor, dtype=float64, shape=[4], op=SUM)" in head
+    assert "Every rank must call the same collectives" in head
+
+
+@pytest.mark.timeout(180)
+def test_monkeypatch_works_on_the_ranks_and_is_undone_after_the_test(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    pids = tmp_path / "pids"
+    _write(pytester, pids, """
+import sys
+
+SETTING = "original"
+START = Path.cwd()  # where the ranks run (the module is imported before the first test)
+
+
+def read_setting():
+    return SETTING
+
+
+@pytest.mark.distbridge(nproc=2)
+def test_patches(monkeypatch, tmp_path):
+    note_pid("patches")
+    monkeypatch.setattr(sys.modules[__name__], "SETTING", f"rank {idist.get_rank()}")
+    monkeypatch.setenv("DISTBRIDGE_TEST_SETTING", "patched")
+    monkeypatch.chdir(tmp_path)
+    assert read_setting() == f"rank {idist.get_rank()}"
+    assert os.environ["DISTBRIDGE_TEST_SETTING"] == "patched"
+    assert Path.cwd() == tmp_path
+
+
+@pytest.mark.distbridge(nproc=2)
+def test_next_sees_the_originals(tmp_path):
+    note_pid("next")
+    assert read_setting() == "original"
+    assert "DISTBRIDGE_TEST_SETTING" not in os.environ
+    assert Path.cwd() == START
+""")  # fmt: skip
+    result = _run(pytester)
+    result.assert_outcomes(passed=2)
+    assert _pids(pids, "patches") == _pids(pids, "next"), "not one world"

@@ -6,6 +6,7 @@
 - `telemetry.record`: what each collective of a block moved, how long it took, from where;
 - `faults.inject`: make a rank raise, exit, die, sleep, skip a collective or send a wrong
   shape or dtype at its n-th call of a collective;
+- `skip_if_any_rank`: skip a test on every rank when some ranks cannot run it;
 - `reset_state`: forget distbridge's state between tests.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 from distbridge import _api, _state
 from distbridge._registry import registry
 from distbridge.testing import faults, telemetry
+from distbridge.testing.skip import skip_if_any_rank
 from distbridge.testing.warm_world import RanksFailedError, WarmWorld, WorldPool, WorldRun
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "faults",
     "reset_state",
     "run_distributed",
+    "skip_if_any_rank",
     "telemetry",
 ]
 

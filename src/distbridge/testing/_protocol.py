@@ -46,7 +46,8 @@ class Task:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How one rank ran one task. ``world_kept`` is False when the test left the world
+    """How one rank ran one task. ``summary`` is the error's first line, ``detail`` the rest
+    of its message (a table, a hint). ``world_kept`` is False when the test left the world
     unusable (it finalized the process group), so the world must be replaced."""
 
     rank: int
@@ -56,6 +57,12 @@ class Outcome:
     summary: str = ""
     traceback: str = ""
     world_kept: bool = True
+    detail: str = ""
+
+    @property
+    def skipped(self) -> bool:
+        """The test called ``pytest.skip`` on this rank."""
+        return self.error_type == "Skipped"
 
 
 def make_task(task_id: int, fn: Callable[..., Any], kwargs: Mapping[str, Any] | None) -> Task:
@@ -79,9 +86,10 @@ def make_task(task_id: int, fn: Callable[..., Any], kwargs: Mapping[str, Any] | 
         try:
             payload[key] = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as err:
-            raise TypeError(
-                f"{name}'s argument {key!r} = {value!r:.80} cannot be sent to the ranks "
-                f"({type(err).__name__}: {err}). Only values that pickle (tmp_path, numbers, "
-                "strings, parameters) can be passed: make the rest inside the test."
-            ) from err
+            raise TypeError(  # one message: the pickle error's own traceback is noise here
+                f"{name}'s argument {key!r} = {value!r:.80} cannot be sent to the ranks: it "
+                f"does not pickle ({type(err).__name__}: {err}). Only values that pickle "
+                "(tmp_path, numbers, strings, parameters) can be passed: make the rest inside "
+                "the test."
+            ) from None
     return Task(task_id, module.__name__, str(path), name, pickle.dumps(payload), tuple(sys.path))

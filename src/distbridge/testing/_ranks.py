@@ -6,12 +6,13 @@ import contextlib
 import os
 import shutil
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Member", "death", "kill_ranks", "log_size", "read_log"]
+__all__ = ["LogTail", "Member", "death", "kill_ranks", "log_size", "read_log"]
 
 
 @dataclass
@@ -55,6 +56,39 @@ def read_log(path: Path, start: int) -> str:
             return log.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
+
+
+class LogTail:
+    """Follows the ranks' logs from given offsets and hands on each complete line, as
+    ``on_line(rank, line)`` (without its newline), while a test runs."""
+
+    def __init__(
+        self, logs: dict[int, Path], offsets: dict[int, int], on_line: Callable[[int, str], Any]
+    ) -> None:
+        self._logs, self._offsets, self._on_line = logs, dict(offsets), on_line
+        self._partial = {rank: b"" for rank in logs}
+
+    def poll(self) -> None:
+        """Hand on the lines completed since the last call."""
+        for rank, path in self._logs.items():
+            try:
+                with path.open("rb") as log:
+                    log.seek(self._offsets[rank])
+                    data = log.read()
+            except OSError:
+                continue
+            self._offsets[rank] += len(data)
+            *lines, self._partial[rank] = (self._partial[rank] + data).split(b"\n")
+            for line in lines:
+                self._on_line(rank, line.decode("utf-8", errors="replace"))
+
+    def finish(self) -> None:
+        """Hand on what is left, an unfinished last line included."""
+        self.poll()
+        for rank, rest in self._partial.items():
+            if rest:
+                self._on_line(rank, rest.decode("utf-8", errors="replace"))
+            self._partial[rank] = b""
 
 
 def death(exitcode: int) -> str:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from distbridge.errors import DistributedError
 from distbridge.testing._protocol import Outcome
+from distbridge.testing._where import user_frame, where
 
 __all__ = ["RanksFailedError", "WorldRun"]
 
@@ -33,6 +34,7 @@ class WorldRun:
         stacks: the Python stack of each stopped rank.
         outputs: what each rank wrote on stdout and stderr during the test.
         replaced: the world was stopped after the test; the next test starts a fresh one.
+        path: the file of the test's module (to say where in it each stopped rank is).
     """
 
     name: str
@@ -44,6 +46,7 @@ class WorldRun:
     stacks: dict[int, str] = field(default_factory=dict)
     outputs: dict[int, str] = field(default_factory=dict)
     replaced: bool = False
+    path: str = ""
 
     @property
     def passed(self) -> bool:
@@ -52,11 +55,44 @@ class WorldRun:
 
     @property
     def skip_reason(self) -> str | None:
-        """The reason when every rank called ``pytest.skip``, else None."""
-        if self.stopped or not self.outcomes:
+        """Why the test is skipped: some ranks called ``pytest.skip`` and none of the others
+        failed (they passed, or were stopped while waiting for a skipped rank); else None.
+
+        The reason names the skipped ranks unless every rank skipped for the same reason.
+        """
+        skipped = [o for o in self.outcomes if o.skipped]
+        if self.timed_out or not skipped:
             return None
-        if all(outcome.error_type == "Skipped" for outcome in self.outcomes):
-            return self.outcomes[0].summary.partition(": ")[2] or "skipped on every rank"
+        if any(not (o.passed or o.skipped) for o in self.outcomes):
+            return None
+        reasons: dict[str, list[int]] = {}
+        for outcome in sorted(skipped, key=lambda o: o.rank):
+            reason = outcome.summary.partition(": ")[2] or "no reason given"
+            reasons.setdefault(reason, []).append(outcome.rank)
+        if len(skipped) == len(self.outcomes) and not self.stopped and len(reasons) == 1:
+            return next(iter(reasons))
+        text = "; ".join(
+            f"skipped on {_ranks(ranks)} of {self.world}: {reason}"
+            for reason, ranks in reasons.items()
+        )
+        if self.stopped:
+            were = "was" if len(self.stopped) == 1 else "were"
+            text += (
+                f" ({_ranks(self.stopped)} still ran and {were} stopped, waiting for the "
+                "skipped ranks: skip on every rank together with "
+                "distbridge.testing.skip_if_any_rank)"
+            )
+        return text
+
+    @property
+    def skip_location(self) -> tuple[str, int] | None:
+        """The file and line (1-based) of the first skipped rank's call that skipped, in
+        the test's file (None when unknown)."""
+        for outcome in sorted(self.outcomes, key=lambda o: o.rank):
+            if outcome.skipped:
+                found = user_frame(outcome.traceback, self.path)
+                if found is not None:
+                    return found[0].path, found[0].line
         return None
 
     def check(self) -> None:
@@ -65,10 +101,12 @@ class WorldRun:
             raise RanksFailedError(self.report())
 
     def first_failure(self) -> Outcome | None:
-        """The failure that came first, preferring one that is not a peer's `PeerFailed`."""
+        """The failure that came first, preferring a rank's own error to a peer's
+        `PeerFailed`, and either to a skip."""
         failures = [outcome for outcome in self.outcomes if not outcome.passed]
-        own = [outcome for outcome in failures if outcome.error_type != _PEER_FAILED]
-        return (own or failures)[0] if failures else None
+        own = [o for o in failures if o.error_type != _PEER_FAILED and not o.skipped]
+        peers = [o for o in failures if o.error_type == _PEER_FAILED]
+        return (own or peers or failures)[0] if failures else None
 
     def report(self) -> str:
         """Every rank's part: tracebacks of the ranks that failed, stacks of those stopped."""
@@ -76,14 +114,19 @@ class WorldRun:
         if self.timed_out or first is None:
             ranks = ", ".join(str(rank) for rank in self.stopped)
             plural = "s" if len(self.stopped) > 1 else ""
+            places = ", ".join(
+                f"rank {rank} {place}" for rank, place in sorted(self._places().items())
+            )
             head = (
                 f"{self.name} ran past its timeout of {self.timeout:g} s on {self.world}: "
-                f"rank{plural} {ranks} still running. Their Python stacks follow (innermost call "
-                "first): look there for where they wait, or raise the timeout "
-                "(@pytest.mark.distbridge(timeout=...))."
+                f"rank{plural} {ranks} still running{f' ({places})' if places else ''}. Their "
+                "Python stacks follow (innermost call first): look there for where they wait, "
+                "or raise the timeout (@pytest.mark.distbridge(timeout=...))."
             )
         else:
             head = f"{self.name} failed on rank {first.rank} of {self.world}: {first.summary}"
+            if first.detail:  # a table or a hint the first line announces
+                head += "\n" + first.detail
         lines = [head, "", "What each rank did:"]
         lines += [f"  rank {rank}: {line}" for rank, line in sorted(self._one_liners().items())]
         for outcome in sorted(self.outcomes, key=lambda o: (o is not first, o.rank)):
@@ -103,6 +146,18 @@ class WorldRun:
         why = "at the timeout"
         if first is not None and not self.timed_out:
             why = f"after rank {first.rank} failed"
+        places = self._places()
         for rank in self.stopped:
-            lines[rank] = f"still running, stopped {why}"
+            place = f", {places[rank]}" if rank in places else ""
+            lines[rank] = f"still running, stopped {why}{place}"
         return lines
+
+    def _places(self) -> dict[int, str]:
+        """Where each stopped rank is, from its stack: ``{0: "in barrier at test_x.py:12"}``."""
+        places = {rank: where(self.stacks.get(rank, ""), self.path) for rank in self.stopped}
+        return {rank: place for rank, place in places.items() if place is not None}
+
+
+def _ranks(ranks: list[int]) -> str:
+    """``"rank 1"``, ``"ranks 1, 3"``."""
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"

@@ -35,6 +35,7 @@ from distbridge.testing._protocol import Outcome, Setup, Task
 __all__ = ["serve"]
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+_DETAIL_CHARS = 4000
 
 
 def serve(rank: int, conn: Connection, setup: Setup) -> None:
@@ -71,6 +72,9 @@ def _isolate(log_path: str) -> None:
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
+    for stream in (sys.stdout, sys.stderr):  # each line reaches the log as it is printed
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
 
 
@@ -85,22 +89,52 @@ def _join(setup: Setup) -> ComputationModel | None:
 
 def _run(task: Task, rank: int, world_size: int, model: ComputationModel | None) -> Outcome:
     env = dict(os.environ)
+    kwargs: dict[str, Any] = {}
     try:
         fn = getattr(_load_module(task), task.function)
         kwargs = {key: pickle.loads(value) for key, value in pickle.loads(task.kwargs).items()}
         fn(**kwargs)
     except BaseException as exc:
-        _tell_peers(model, rank, world_size, exc)
+        skipped = _is_skip(exc)
+        if not skipped:  # a skip leaves the world up: its peers may finish, or skip too
+            _tell_peers(model, rank, world_size, exc)
         tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
         # A PeerFailed's cause is the backend's "Connection closed by peer": noise here.
         chain = not isinstance(exc, PeerFailed)
         text = "".join(traceback.format_exception(type(exc), exc, tb, chain=chain))
-        return Outcome(rank, task.task_id, False, type(exc).__name__, summarize(exc), text)
+        kept = not skipped or model is None or model.is_current()
+        return Outcome(
+            rank, task.task_id, False, type(exc).__name__, summarize(exc), text, kept, _detail(exc)
+        )
     finally:  # a test must not change the next one's environment
+        _undo_patches(kwargs)
         os.environ.clear()
         os.environ.update(env)
     kept = model is None or model.is_current()
     return Outcome(rank, task.task_id, True, world_kept=kept)
+
+
+def _is_skip(exc: BaseException) -> bool:
+    """``pytest.skip()`` was called (a Skipped can only come from an imported pytest)."""
+    outcomes = sys.modules.get("_pytest.outcomes")
+    return outcomes is not None and isinstance(exc, outcomes.Skipped)
+
+
+def _detail(exc: BaseException) -> str:
+    """The lines of the error's message after its first (at most ``_DETAIL_CHARS``)."""
+    try:
+        lines = str(exc).strip().splitlines()
+    except Exception:
+        return ""
+    return "\n".join(lines[1:])[:_DETAIL_CHARS]
+
+
+def _undo_patches(kwargs: dict[str, Any]) -> None:
+    """Undo what the test did with pytest's ``monkeypatch`` on this rank."""
+    for value in kwargs.values():
+        if type(value).__module__ == "_pytest.monkeypatch":
+            with contextlib.suppress(Exception):
+                value.undo()
 
 
 def _tell_peers(model: ComputationModel | None, rank: int, world: int, exc: BaseException) -> None:

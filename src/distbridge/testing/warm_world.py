@@ -34,7 +34,7 @@ from distbridge.errors import DistributedError, suggest
 from distbridge.launch._main_module import check_main_module
 from distbridge.reliability.fail_together import record_failure
 from distbridge.testing._protocol import Outcome, Setup, make_task
-from distbridge.testing._ranks import Member, death, kill_ranks, log_size, read_log
+from distbridge.testing._ranks import LogTail, Member, death, kill_ranks, log_size, read_log
 from distbridge.testing._report import RanksFailedError, WorldRun
 from distbridge.testing._worker import serve
 
@@ -44,6 +44,7 @@ __all__ = ["RanksFailedError", "WarmWorld", "WorldPool", "WorldRun"]
 PEER_WINDOW_SECONDS = 3.0
 _STACK_SECONDS = 2.0  # longest wait for the stopped ranks' stacks
 _GRACE_SECONDS = 2.0  # how long ranks told to stop get before SIGKILL
+_LIVE_SECONDS = 0.05  # how often the logs are read when a test's output is shown live
 _OPTIONS = ("nproc", "backend", "timeout", "debug")
 _NATIVE = "native-dist"
 
@@ -182,12 +183,15 @@ class WarmWorld:
         kwargs: Mapping[str, Any] | None = None,
         *,
         timeout: float = 60.0,
+        on_output: Callable[[int, str], Any] | None = None,
     ) -> WorldRun:
         """Call ``fn(**kwargs)`` on every rank (starting the world if it is down).
 
         ``fn`` must be a top-level function of a module file; ``kwargs`` must pickle. The
         result says how each rank did (`WorldRun.check` raises `RanksFailedError`). After a
         failure or a timeout the world is stopped; the next call starts a fresh one.
+        ``on_output(rank, line)``, when given, receives each line a rank prints while the
+        test runs (the logs are read every ``_LIVE_SECONDS``).
         """
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
             raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}.")
@@ -195,27 +199,37 @@ class WarmWorld:
         task = make_task(self._tasks, fn, kwargs)
         self.start()
         offsets = [log_size(member.log) for member in self._members]
+        tail = None
+        if on_output is not None:
+            logs = {rank: member.log for rank, member in enumerate(self._members)}
+            tail = LogTail(logs, dict(enumerate(offsets)), on_output)
         try:
             for member in self._members:
                 with contextlib.suppress(OSError):  # a dead rank shows as such below
                     member.conn.send(task)
-            outcomes, stopped, timed_out = self._collect(task.task_id, timeout)
+            outcomes, stopped, timed_out = self._collect(task.task_id, timeout, tail)
         except BaseException:  # KeyboardInterrupt, pytest-timeout: the ranks' state is unknown
             self.close(graceful=False)
             raise
+        finally:
+            if tail is not None:
+                tail.finish()
         outputs = {r: read_log(m.log, offsets[r]) for r, m in enumerate(self._members)}
         stacks = self._stacks(stopped)
         result = WorldRun(task.function, self.describe(), outcomes, stopped, timeout, timed_out)
-        result.stacks, result.outputs = stacks, outputs
-        result.replaced = bool(stopped) or not all(o.passed and o.world_kept for o in outcomes)
+        result.stacks, result.outputs, result.path = stacks, outputs, task.path
+        ended = all((o.passed or o.skipped) and o.world_kept for o in outcomes)
+        result.replaced = bool(stopped) or not ended
         if result.replaced:
             self.close(graceful=False)
         return result
 
-    def _collect(self, task_id: int, timeout: float) -> tuple[list[Outcome], list[int], bool]:
+    def _collect(
+        self, task_id: int, timeout: float, tail: LogTail | None = None
+    ) -> tuple[list[Outcome], list[int], bool]:
         """Wait for every rank's outcome until the timeout, or the peer window after the
-        first failure; returns the outcomes, the ranks still running, and whether the
-        timeout (not a failure) stopped the wait."""
+        first failure (or skip); returns the outcomes, the ranks still running, and whether
+        the timeout (not a failure) stopped the wait. ``tail`` is polled while waiting."""
         pending = dict(enumerate(self._members))
         outcomes: list[Outcome] = []
         deadline, window_end = time.monotonic() + timeout, None
@@ -224,6 +238,9 @@ class WarmWorld:
             left = end - time.monotonic()
             if left <= 0:
                 break
+            if tail is not None:
+                tail.poll()
+                left = min(left, _LIVE_SECONDS)
             wait([h for m in pending.values() for h in (m.conn, m.process.sentinel)], left)
             for rank, member in list(pending.items()):
                 outcome = self._receive(rank, member, task_id)
@@ -291,10 +308,15 @@ class WorldPool:
         self._worlds: dict[tuple[int, str | None, bool], WarmWorld] = {}
 
     def run(
-        self, fn: Callable[..., Any], kwargs: Mapping[str, Any] | None = None, **options: Any
+        self,
+        fn: Callable[..., Any],
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        on_output: Callable[[int, str], Any] | None = None,
+        **options: Any,
     ) -> WorldRun:
         """`WarmWorld.run` on the world of ``options``: ``nproc`` (2), ``backend``
-        ("gloo"), ``timeout`` (60 s), ``debug`` (False)."""
+        ("gloo"), ``timeout`` (60 s), ``debug`` (False); ``on_output`` as there."""
         for name in options:
             if name not in _OPTIONS:
                 raise TypeError(
@@ -305,7 +327,7 @@ class WorldPool:
         world = self._worlds.get(key)
         if world is None:
             world = self._worlds[key] = WarmWorld(key[0], key[1], debug=key[2])
-        return world.run(fn, kwargs, timeout=options.get("timeout", 60.0))
+        return world.run(fn, kwargs, timeout=options.get("timeout", 60.0), on_output=on_output)
 
     def close(self) -> None:
         """Stop every world."""
