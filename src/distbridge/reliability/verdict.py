@@ -77,6 +77,8 @@ class RankReport:
         where: where its main thread is now (``"train.py:5 in stuck_here"``), if it said.
         answered: False when the rank did not answer: ``records`` are what it last published.
         note: why it did not answer, when known (``"its process was killed by SIGKILL"``).
+        asked: False when nobody asked it (``records`` were read as it last published them,
+            e.g. by ``spawn``'s parent): then not answering is no finding.
     """
 
     rank: int
@@ -84,6 +86,7 @@ class RankReport:
     where: str | None = None
     answered: bool = True
     note: str = ""
+    asked: bool = True
 
 
 @dataclass(frozen=True)
@@ -212,10 +215,14 @@ def _behind_line(ledgers: _Ledgers, rank: int, group: Members | None, seq: int) 
             f"{_group_name(elsewhere.group)} ({_line(elsewhere.site)})"
         )
     if report is None or not report.answered:
-        how = f" ({report.note})" if report is not None and report.note else ""
-        line += f"; it did not answer{how}"
-        if report is not None and report.records:
-            line += ", so this is the ledger it last published"
+        asked = report is None or report.asked
+        note = "" if report is None else report.note
+        has_records = report is not None and bool(report.records)
+        if asked:
+            line += f"; it did not answer{f' ({note})' if note else ''}"
+            line += ", so this is the ledger it last published" if has_records else ""
+        else:
+            line += f", as last published{'; ' + note if note else ''}"
     elif report.where:
         line += f"; it is at {report.where}"
     return line + "."
@@ -300,11 +307,11 @@ def verdict(
     for rank in range(size):
         by_rank.setdefault(rank, RankReport(rank, answered=False))
     ledgers = _Ledgers(by_rank, size)
-    silent = sorted(r for r, report in by_rank.items() if not report.answered)
+    silent = sorted(r for r, rep in by_rank.items() if not rep.answered and rep.asked)
     found = _divergence(ledgers) or _hang(ledgers) or _all_waiting(ledgers)
     if found is None:
         found = Verdict("No rank is waiting in a collective of distbridge.", "no hang")
-    named = set(found.behind)
+    named = {*found.behind, *found.waiting, *found.diverged}
     extra = _silent_lines(ledgers, silent, named)
     text = "\n".join([found.text, *extra])
     return Verdict(
