@@ -55,7 +55,8 @@ def failure(
     others = "".join(f"\n  rank {rank}: {line}" for rank, line in reports.items())
     others = f"\n\nWhat the other workers reported:{others}" if others else ""
     stopped = "The other workers were stopped."
-    if verdict and verdict not in str(first.report):  # a worker's own error may have it
+    has_own = first.report is not None and first.report[2] == "CollectiveTimeout"
+    if verdict and not has_own:  # a worker's own verdict was made when it timed out: better
         stopped += f"\n\nFrom the ranks' collective ledgers:\n{verdict}"
     if first.report is not None:
         _, worker_traceback, type_name, message = first.report
