@@ -69,7 +69,7 @@ class GroupLog:
         seq: how many collectives of the group this rank started (the last one's number).
         passed: the number of the last one that returned or raised; ``seq > passed`` means
             this rank is inside collective ``seq`` now.
-        raised: the number of the last one that raised (0: none).
+        raised: beside ``ring``, the numbers of the kept ones that raised (0 elsewhere).
     """
 
     __slots__ = ("capacity", "members", "passed", "raised", "ring", "seq")
@@ -79,7 +79,7 @@ class GroupLog:
         self.capacity = capacity
         self.seq = 0
         self.passed = 0
-        self.raised = 0
+        self.raised = [0] * capacity
         self.ring: list[Entry | None] = [None] * capacity
 
     def entries(self) -> list[Entry]:
@@ -176,7 +176,7 @@ class CollectiveLedger:
             for seq, op, kind, shape, code, offset in log.entries():
                 if seq > log.passed:
                     state = "waiting"
-                elif seq == log.raised:
+                elif log.raised[seq % log.capacity] == seq:
                     state = "raised"
                 else:
                     state = "done"
@@ -215,6 +215,7 @@ def recorded(op: str, x_at: int = 0, group_at: int = -1) -> Callable[[_Method], 
             group = args[group_at] if -1 < group_at < n else kwargs.get("group")
             ledger = self.ledger
             log = ledger.world if group is None else ledger.log_of(group)
+            seq = 0
             if log is not None:
                 depth = 1
                 frame = _getframe(1)  # the caller: the facade, or whoever called the model
@@ -239,7 +240,8 @@ def recorded(op: str, x_at: int = 0, group_at: int = -1) -> Callable[[_Method], 
                 result = method(self, *args, **kwargs)
             except BaseException:
                 if log is not None:
-                    log.passed = log.raised = log.seq
+                    log.passed = log.seq
+                    log.raised[seq % log.capacity] = seq
                 raise
             if log is not None:
                 log.passed = log.seq
