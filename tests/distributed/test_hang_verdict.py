@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -112,3 +114,26 @@ def test_a_rank_stuck_in_c_holding_the_gil(tmp_path: Path) -> None:
     ), text
     seconds = _check_time_and_processes(tmp_path)
     print(f"\nHANG stuck in C: rank 0's verdict {seconds:.1f} s after the hang began")
+
+
+def test_the_verdict_rebuilt_from_the_dump_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dumps = tmp_path / "dumps"
+    monkeypatch.setenv("DISTBRIDGE_HANG_DIR", str(dumps))  # the workers inherit it
+    _spawn_failure(tmp_path, "sleep")
+
+    assert sorted(p.name for p in dumps.iterdir()) == ["rank0.json", "rank1.json", "rank2.json"]
+    command = [sys.executable, "-m", "distbridge", "why", str(dumps)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    text = re.sub(r"\s+", " ", done.stdout)
+    # After the hang ranks 0 and 1 raised CollectiveTimeout; their files may have caught that.
+    hang = re.escape(f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 ")
+    assert re.search(
+        hang + r"(are waiting in it|entered it, and it raised on ranks? [01, ]+)\.", text
+    )
+    assert (
+        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it is at "
+        f"{_site('stuck')} in stuck_here." in text
+    ), text

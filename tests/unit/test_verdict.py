@@ -10,10 +10,13 @@ verdict must find the same from the ledgers.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from distbridge.reliability.hang_report import read_dump_dir
 from distbridge.reliability.verdict import RankReport, Record, verdict
 
 OPS = ("all_reduce", "all_gather", "broadcast", "barrier", "reduce_scatter")
@@ -129,3 +132,33 @@ def test_the_verdict_names_the_ranks_that_diverged(job: Job) -> None:
     assert set(found.diverged) == culprits
     assert found.op == expected
     assert f"at #{job.split} of the world" in found.text
+
+
+def test_ranks_that_raised_in_the_collective_reached_it() -> None:
+    # A dump written after the waiting ranks' own timeout: they raised in #2, rank 2 is behind.
+    def ranks_records(last_state: str, count: int) -> tuple[Record, ...]:
+        return tuple(
+            Record(seq, "all_reduce", None, "float32[2]", f"train.py:{seq} in main",
+                   last_state if seq == count else "done")
+            for seq in range(1, count + 1)
+        )  # fmt: skip
+
+    found = verdict(
+        [
+            RankReport(0, ranks_records("raised", 2)),
+            RankReport(1, ranks_records("waiting", 2)),
+            RankReport(2, ranks_records("done", 1), where="train.py:7 in load"),
+        ]
+    )
+    assert found.kind == "hang" and found.waiting == (0, 1) and dict(found.behind) == {2: 1}
+    assert found.text.splitlines() == [
+        "Hang in all_reduce #2 of the world (train.py:2): ranks 0, 1 entered it, and it raised "
+        "on rank 0.",
+        "rank 2 did not reach it: its last collective was #1 (train.py:1); it is at train.py:7 "
+        "in load.",
+    ]
+
+
+def test_an_empty_dump_directory_is_named(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="holds no rank<r>.json file: set DISTBRIDGE_HANG"):
+        read_dump_dir(str(tmp_path))

@@ -8,8 +8,14 @@ A `Reporter` is a daemon thread per rank. Every half second it
 - answers verdict requests: ``hang/requests`` counts them, and request ``n`` is answered
   under ``hang/<n>/<rank>`` with the ledger and where the main thread is now.
 
+With ``DISTBRIDGE_HANG_DIR`` set, each rank also writes its report to
+``<dir>/rank<r>.json`` whenever its ledger changed, and where it is every few seconds while
+its ledger stands still (a rank stuck for good is described there even when the job is
+gone): `read_dump_dir` reads them back.
+
 `collect` asks every rank (or only reads what they published) and returns the reports the
-pure `distbridge.reliability.verdict.verdict` takes. Keys live on the job's root store (see
+pure `distbridge.reliability.verdict.verdict` takes; `ask_job` does it from another process,
+by the store's address. Keys live on the job's root store (see
 `fail_together.job_root`), so ``spawn``'s parent, which hosts it, can ask too. Values are
 JSON: nothing received is unpickled or evaluated.
 """
@@ -24,16 +30,22 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any
 
 from distbridge.reliability.fail_together import job_root, read_failure
 from distbridge.reliability.ledger import CollectiveLedger
 from distbridge.reliability.verdict import RankReport, Record
 
-__all__ = ["Reporter", "collect", "report", "where_now"]
+__all__ = ["DIR_ENV_VAR", "Reporter", "ask_job", "collect", "read_dump_dir", "report", "where_now"]
+
+DIR_ENV_VAR = "DISTBRIDGE_HANG_DIR"
+#: while the ledger stands still, how often a rank with a dump directory rewrites where it is
+REWRITE_SECONDS = 2.0
 
 PREFIX = "distbridge/hang"
 REQUEST_KEY = f"{PREFIX}/requests"
+WORLD_KEY = f"{PREFIX}/world_size"
 POLL_SECONDS = 0.5
 #: entries per group a rank publishes and answers with
 SHOWN = 8
@@ -90,7 +102,13 @@ def _tail(ledger: CollectiveLedger) -> list[dict[str, Any]]:
 def report(rank: int, ledger: CollectiveLedger) -> dict[str, Any]:
     """This rank's answer: its ledger's tail, where its main thread is, and its stack."""
     where, stack = where_now()
-    return {"rank": rank, "records": _tail(ledger), "where": where, "stack": stack}
+    return {
+        "rank": rank,
+        "records": _tail(ledger),
+        "where": where,
+        "stack": stack,
+        "time": time.time(),
+    }
 
 
 def _as_report(
@@ -112,7 +130,12 @@ class Reporter:
     """
 
     def __init__(
-        self, store: Any, rank: int, ledger: CollectiveLedger, alive: Callable[[], bool]
+        self,
+        store: Any,
+        rank: int,
+        ledger: CollectiveLedger,
+        alive: Callable[[], bool],
+        world_size: int = 0,
     ) -> None:
         root = job_root(store)
         with contextlib.suppress(AttributeError, RuntimeError):
@@ -123,7 +146,13 @@ class Reporter:
         self._alive = alive
         self._stopped = threading.Event()
         self._published = -1
+        self._written = 0.0  # when the dump file was last written (monotonic)
+        self._dir = os.environ.get(DIR_ENV_VAR) or None
+        if self._dir:
+            os.makedirs(self._dir, exist_ok=True)
         self._seen = int(root.add(REQUEST_KEY, 0))
+        if world_size:
+            root.set(WORLD_KEY, str(world_size))
         self._thread = threading.Thread(target=self._run, name="distbridge-reporter", daemon=True)
         self._thread.start()
 
@@ -146,10 +175,24 @@ class Reporter:
                 self._store.set(_answer_key(request, self._rank), answer)
             self._seen = count
         version = self._ledger.version()
-        if version != self._published:
+        changed = version != self._published
+        if changed:
             self._published = version
             data = {"rank": self._rank, "records": _tail(self._ledger)}
             self._store.set(_ledger_key(self._rank), json.dumps(data))
+        now = time.monotonic()
+        if self._dir and (changed or now - self._written >= REWRITE_SECONDS):
+            self._written = now
+            self._write(report(self._rank, self._ledger))
+
+    def _write(self, data: Mapping[str, Any]) -> None:
+        """``<dir>/rank<r>.json``, replaced whole (a reader never sees half a file)."""
+        assert self._dir is not None
+        path = os.path.join(self._dir, f"rank{self._rank}.json")
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "w", encoding="utf-8") as out:
+            json.dump(data, out)
+        os.replace(temporary, path)
 
 
 def _published(store: Any, rank: int) -> dict[str, Any] | None:
@@ -217,3 +260,44 @@ def collect(
         else:
             reports[rank] = RankReport(rank, answered=False, note=note, asked=asked)
     return [reports[r] for r in sorted(reports)]
+
+
+def read_dump_dir(path: str) -> tuple[list[RankReport], int]:
+    """The reports the ranks wrote to dump directory ``path`` (``rank<r>.json``), as not
+    asked: what each last wrote; and the world size they imply (the highest rank + 1).
+
+    Raises:
+        FileNotFoundError: ``path`` holds no ``rank<r>.json`` file.
+    """
+    reports = []
+    for name in sorted(os.listdir(path)):
+        if not (name.startswith("rank") and name.endswith(".json")):
+            continue
+        with open(os.path.join(path, name), encoding="utf-8") as data:
+            loaded = json.load(data)
+        report = _as_report(loaded, answered=True, asked=False)
+        reports.append(report)
+    if not reports:
+        raise FileNotFoundError(
+            f"{path!r} holds no rank<r>.json file: set {DIR_ENV_VAR} to it before the job "
+            "starts, so that every rank writes there."
+        )
+    return reports, max(r.rank for r in reports) + 1
+
+
+def ask_job(address: str, wait: float = 3.0) -> tuple[list[RankReport], int]:
+    """Ask a running job for every rank's report through its store at ``host:port`` (the
+    job's MASTER_ADDR and MASTER_PORT); returns the reports and the world size."""
+    from torch._C._distributed_c10d import TCPStore
+
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"The store address must be host:port, got {address!r}.")
+    store = TCPStore(host, int(port), None, False, timeout=timedelta(seconds=10))
+    if not store.check([WORLD_KEY]):
+        raise RuntimeError(
+            f"The store at {address} has no distbridge job with a collective ledger (no "
+            f"{WORLD_KEY!r} key): is it the job's MASTER_ADDR:MASTER_PORT?"
+        )
+    world_size = int(store.get(WORLD_KEY))
+    return collect(store, world_size, wait=wait), world_size

@@ -233,7 +233,8 @@ def _hang(ledgers: _Ledgers) -> Verdict | None:
         members = ledgers.members(group)
         lasts = {rank: ledgers.last(group, rank) for rank in members}
         top = max((r.seq for r in lasts.values() if r is not None), default=0)
-        waiting = [r for r, rec in lasts.items() if rec and rec.seq == top and rec.state == WAITING]
+        # a rank that raised in it (its own timeout, after the hang) also reached it
+        waiting = [r for r, rec in lasts.items() if rec and rec.seq == top and rec.state != "done"]
         behind = {
             r: rec.seq if rec else 0 for r, rec in lasts.items() if (rec.seq if rec else 0) < top
         }
@@ -241,9 +242,13 @@ def _hang(ledgers: _Ledgers) -> Verdict | None:
             continue
         record = lasts[waiting[0]]
         assert record is not None
+        raised = [r for r in waiting if (rec := lasts[r]) is not None and rec.state != WAITING]
+        if raised:
+            how = f"{_ranks(waiting)} entered it, and it raised on {_ranks(raised)}"
+        else:
+            how = f"{_ranks(waiting)} {'is' if len(waiting) == 1 else 'are'} waiting in it"
         lines = [
-            f"Hang in {record.op} #{top} of {_group_name(group)} ({_line(record.site)}): "
-            f"{_ranks(waiting)} {'is' if len(waiting) == 1 else 'are'} waiting in it."
+            f"Hang in {record.op} #{top} of {_group_name(group)} ({_line(record.site)}): {how}."
         ]
         lines += [_behind_line(ledgers, rank, group, top) for rank in sorted(behind)]
         return Verdict(

@@ -240,7 +240,7 @@ class NativeModel(LayoutQueries, ComputationModel):
             return model is not None and model.is_current()
 
         try:
-            return Reporter(store, self._layout.rank, self.ledger, alive)
+            return Reporter(store, self._layout.rank, self.ledger, alive, self._layout.world_size)
         except RuntimeError:  # a store that cannot be cloned or reached: no verdicts
             return None
 
