@@ -160,5 +160,7 @@ def test_ranks_that_raised_in_the_collective_reached_it() -> None:
 
 
 def test_an_empty_dump_directory_is_named(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="holds no rank<r>.json file: set DISTBRIDGE_HANG"):
+    with pytest.raises(
+        FileNotFoundError, match=r"holds no rank<r>\.json file: set DISTBRIDGE_HANG"
+    ):
         read_dump_dir(str(tmp_path))
