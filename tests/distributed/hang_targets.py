@@ -6,6 +6,7 @@ Modes (``spawned(local_rank, folder, mode)``):
   fourth all-reduce;
 - ``diverge``: rank 1 calls an all-gather where ranks 0 and 2 call that all-reduce;
 - ``kill``: rank 2 SIGKILLs itself instead;
+- ``barrier``: as ``sleep``, but ranks 0 and 1 wait in ``barrier(timeout=BARRIER_TIMEOUT)``;
 - ``c_call``: rank 2 blocks in a C function that holds the GIL (``PyDLL``'s ``sleep``), so it
   can answer nothing.
 
@@ -29,6 +30,7 @@ import torch
 import distbridge as idist
 
 STUCK_SECONDS = 120.0  # far longer than the test waits: the verdict must not wait for it
+BARRIER_TIMEOUT = 5.0
 SETTLE_SECONDS = 1.5  # rank 2 waits this long before going astray: its ledger is published
 
 
@@ -49,7 +51,7 @@ def spawned(local_rank: int, folder: str, mode: str) -> int:
         idist.all_reduce(x)  # SITE:third
     if rank == 2 and mode != "diverge":
         time.sleep(SETTLE_SECONDS)
-        if mode == "sleep":
+        if mode in ("sleep", "barrier"):
             stuck_here()
         elif mode == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -60,6 +62,8 @@ def spawned(local_rank: int, folder: str, mode: str) -> int:
     try:
         if rank == 1 and mode == "diverge":
             idist.all_gather(x)  # SITE:odd
+        elif mode == "barrier":
+            idist.barrier(timeout=BARRIER_TIMEOUT)  # SITE:barrier
         else:
             idist.all_reduce(x)  # SITE:fourth
     finally:

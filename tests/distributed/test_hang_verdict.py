@@ -73,6 +73,20 @@ def test_a_rank_stuck_in_python(tmp_path: Path) -> None:
     print(f"\nHANG stuck in Python: rank 0's verdict {seconds:.1f} s after the hang began")
 
 
+def test_a_barrier_timeout(tmp_path: Path) -> None:
+    error = _spawn_failure(tmp_path, "barrier")
+
+    text = _text(error)
+    assert "BarrierTimeout: Barrier timed out after 5 s" in text, text
+    assert f"Hang in barrier #4 of the world ({_site('barrier')}): ranks 0, 1 are waiting" in text
+    assert (
+        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it is at "
+        f"{_site('stuck')} in stuck_here." in text
+    ), text
+    seconds = _check_time_and_processes(tmp_path)
+    print(f"\nHANG barrier(timeout=5): rank 0's verdict {seconds:.1f} s after the hang began")
+
+
 def test_diverged_collectives(tmp_path: Path) -> None:
     error = _spawn_failure(tmp_path, "diverge")
 
