@@ -9,8 +9,8 @@ Both sides call the active model's method directly (the facade's ``current()`` l
 same either way and is left out).
 
 - **serial** (no process group, in this process): ``timeit`` of ``model.all_reduce(x)``
-  against ``all_reduce.__wrapped__(model, x)``, alternating, the fastest of several repeats;
-  the difference is the ledger's cost per call in nanoseconds.
+  against ``all_reduce.__wrapped__(model, x)``, alternating blocks, the fastest block in
+  thread CPU time; the difference is the ledger's cost per call in nanoseconds.
 - **gloo** (2 ranks under ``spawn``): single calls alternating (A, B, B, A, ...), the ratio of
   medians on rank 0, at a tiny tensor and at 1 MiB.
 
@@ -33,11 +33,14 @@ import distbridge as idist
 from distbridge._state import current
 
 MIB = 1 << 20
+REPEATS = 25  # serial: alternating blocks a side; the fastest counts
 Call = Callable[[], object]
 
 
 def _serial_rows(loops: int) -> dict[str, tuple[float, float]]:
-    """Row -> (with the ledger, without it) in ns per call, the fastest of 7 repeats each."""
+    """Row -> (with the ledger, without it) in ns per call: the fastest of ``REPEATS`` blocks
+    of ``loops`` calls each, timed in this thread's CPU time (``time.thread_time``), so that
+    the time the OS gives to other processes on a busy machine is left out."""
     model = current()
     x = torch.zeros(4)
     kind = type(model)
@@ -57,10 +60,10 @@ def _serial_rows(loops: int) -> dict[str, tuple[float, float]]:
     out: dict[str, tuple[float, float]] = {}
     for name, (a, b) in rows.items():
         best_a = best_b = float("inf")
-        for _ in range(7):  # alternate, so that a load change hits both sides
-            best_a = min(best_a, timeit.timeit(a, number=loops) / loops * 1e9)
-            best_b = min(best_b, timeit.timeit(b, number=loops) / loops * 1e9)
-        out[name] = (best_a, best_b)
+        for _ in range(REPEATS):  # alternate, so that a load change hits both sides
+            best_a = min(best_a, timeit.Timer(a, timer=time.thread_time).timeit(loops) / loops)
+            best_b = min(best_b, timeit.Timer(b, timer=time.thread_time).timeit(loops) / loops)
+        out[name] = (best_a * 1e9, best_b * 1e9)
     return out
 
 
@@ -97,10 +100,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="whole runs (default 3)")
     parser.add_argument("--calls", type=int, default=2000, help="gloo calls a side (2000)")
-    parser.add_argument("--loops", type=int, default=20000, help="serial calls a repeat")
+    parser.add_argument("--loops", type=int, default=2000, help="serial calls a block (2000)")
+    parser.add_argument("--serial-only", action="store_true", help="skip the gloo rows")
     args = parser.parse_args(argv)
     serial = [_serial_rows(args.loops) for _ in range(args.runs)]
-    print(f"serial, ns per call (fastest of 7 repeats of {args.loops}), {args.runs} runs")
+    print(
+        f"serial, ns of thread CPU time per call (fastest of {REPEATS} blocks of {args.loops}), "
+        f"{args.runs} runs"
+    )
     print(f"  {'row':44} {'with':>8} {'without':>8} {'cost':>8}")
     for name in serial[0]:
         with_, without = (statistics.median(run[name][i] for run in serial) for i in (0, 1))
@@ -109,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"  {name:44} {with_:8.0f} {without:8.0f} {with_ - without:8.0f}"
             f"  (cost per run {', '.join(f'{c:.0f}' for c in costs)})"
         )
+    if args.serial_only:
+        return 0
     gloo = [
         idist.spawn("gloo", worker, args=(args.calls,), nproc_per_node=2)[0]
         for _ in range(args.runs)
