@@ -106,6 +106,7 @@ def test_the_ledger_lists_the_last_calls(
         for seq, ((op, x), line) in enumerate(zip(made, lines, strict=True), 1)
     ][-capacity:]
     assert ledger.snapshot() == expected
+    assert ledger.snapshot(limit=2) == expected[-2:]
 
 
 def test_groups_are_numbered_apart(fresh_ledger: Callable[[int], CollectiveLedger]) -> None:

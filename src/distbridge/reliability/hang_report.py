@@ -92,11 +92,7 @@ def where_now(thread_id: int | None = None) -> tuple[str | None, str]:
 
 def _tail(ledger: CollectiveLedger) -> list[dict[str, Any]]:
     """The last ``SHOWN`` entries of each group."""
-    records = ledger.snapshot()
-    by_group: dict[str, list[dict[str, Any]]] = {}
-    for record in records:
-        by_group.setdefault(repr(record["group"]), []).append(record)
-    return [r for group in by_group.values() for r in group[-SHOWN:]]
+    return ledger.snapshot(SHOWN)
 
 
 def report(rank: int, ledger: CollectiveLedger) -> dict[str, Any]:

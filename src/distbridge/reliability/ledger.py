@@ -15,9 +15,11 @@ something else (`distbridge.reliability.verdict`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
+import weakref
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
@@ -82,9 +84,10 @@ class GroupLog:
         self.raised = [0] * capacity
         self.ring: list[Entry | None] = [None] * capacity
 
-    def entries(self) -> list[Entry]:
-        """The kept entries, oldest first."""
-        first = max(1, self.seq - self.capacity + 1)
+    def entries(self, limit: int | None = None) -> list[Entry]:
+        """The kept entries (the last ``limit`` of them), oldest first."""
+        kept = self.capacity if limit is None else min(limit, self.capacity)
+        first = max(1, self.seq - kept + 1)
         got = [self.ring[seq % self.capacity] for seq in range(first, self.seq + 1)]
         return [entry for entry in got if entry is not None]
 
@@ -134,13 +137,14 @@ class CollectiveLedger:
         self.world = GroupLog(None, self.capacity)
         self._members_of = members_of
         self._logs: dict[Members, GroupLog] = {}
-        self._known: dict[int, tuple[object, Members | None]] = {}  # id(group object) -> ...
+        # id(group object) -> (a weak reference to it, its members)
+        self._known: dict[int, tuple[weakref.ref[Any], Members | None]] = {}
 
     def log_of(self, group: Any) -> GroupLog | None:
         """The log of ``group`` (not None), made on first use; None when this rank is not a
         member or ``group`` is not a group."""
         known = self._known.get(id(group))
-        if known is not None and known[0] is group:
+        if known is not None and known[0]() is group:
             members = known[1]
         else:
             try:
@@ -148,7 +152,9 @@ class CollectiveLedger:
             except Exception:  # not a group: the collective says so itself
                 return None
             if not isinstance(group, list | tuple):  # a list is new (or changed) each call
-                self._known[id(group)] = (group, members)
+                # held weakly: a destroyed process group must be freed at once
+                with contextlib.suppress(TypeError):  # no weak reference: asked each time
+                    self._known[id(group)] = (weakref.ref(group), members)
         if members is None:
             return None
         log = self._logs.get(members)
@@ -167,13 +173,14 @@ class CollectiveLedger:
             total += 2 * log.seq + log.passed
         return total
 
-    def snapshot(self) -> list[dict[str, Any]]:
-        """Every kept entry as plain data (JSON-ready), per group oldest first: ``seq``,
+    def snapshot(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Every kept entry (the last ``limit`` per group) as plain data (JSON-ready), per
+        group oldest first: ``seq``,
         ``op``, ``group`` (ranks, or None for the world), ``what`` (``float32[3]``), ``site``
         (``train.py:13 in step``) and ``state`` ("done", "raised" or "waiting")."""
         records: list[dict[str, Any]] = []
         for log in self.logs():
-            for seq, op, kind, shape, code, offset in log.entries():
+            for seq, op, kind, shape, code, offset in log.entries(limit):
                 if seq > log.passed:
                     state = "waiting"
                 elif log.raised[seq % log.capacity] == seq:
