@@ -197,11 +197,13 @@ def _tell_peers(store: Any, world_size: int, rank: int, how: str) -> None:
 
 def _job_verdict(store: Any, world_size: int, wait: float) -> str | None:
     """The hang verdict from the workers' ledgers (asked for up to ``wait`` seconds, else
-    as they last published them); None when no worker has published one."""
+    as they last published them); None when no worker has published one, or when no rank
+    waits in a collective (the failure then speaks for itself)."""
     reports = collect(store, world_size, wait=wait)
     if not any(report.records for report in reports):
         return None
-    return verdict(reports, world_size).text
+    found = verdict(reports, world_size)
+    return None if found.kind == "no hang" else found.text
 
 
 def _env_port() -> int | None:
