@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 
 import distbridge as idist
-from distbridge.errors import WorkerFailedError
+from distbridge.errors import SpawnTimeoutError, WorkerFailedError
 from tests.distributed import hang_targets as targets
 from tests.distributed.process_checks import assert_gone
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
 
 TIMEOUT = 5.0  # the process group's timeout
+JOB_TIMEOUT = 60.0  # test_a_job_timeout: time enough to start three workers on busy cores
 #: from the hung collective's start to rank 0's error: the timeout, the verdict's wait for
 #: answers (3 s when a rank cannot answer) and slack for two busy cores
 BOUND = TIMEOUT + 3.0 + 6.0
@@ -151,3 +152,22 @@ def test_the_verdict_rebuilt_from_the_dump_directory(
         f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it is at "
         f"{_site('stuck')} in stuck_here." in text
     ), text
+
+
+def test_a_job_timeout(tmp_path: Path) -> None:
+    # The process group's timeout (120 s) is far away: spawn's job_timeout ends the job first,
+    # and its parent asks the workers for the verdict.
+    with pytest.raises(SpawnTimeoutError) as info:
+        idist.spawn("gloo", targets.spawned, args=(str(tmp_path), "sleep"), nproc_per_node=3,
+                    timeout=120, job_timeout=JOB_TIMEOUT)  # fmt: skip
+
+    text = re.sub(r"\s+", " ", str(info.value))
+    assert f"job_timeout of {JOB_TIMEOUT} s" in text, text
+    assert f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 are waiting" in text
+    assert (
+        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it is at "
+        f"{_site('stuck')} in stuck_here." in text
+    ), text
+    pids = [int(p.read_text()) for p in sorted(tmp_path.glob("worker-*.pid"))]
+    assert len(pids) == 3
+    assert_gone(pids, timeout=0)
