@@ -1,4 +1,5 @@
-"""``python -m distbridge``: the command line (``info`` and ``check``; see ``docs/cli.md``)."""
+"""``python -m distbridge``: the command line (``info``, ``check`` and ``why``; see
+``docs/cli.md``)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--json", action="store_true", help="one JSON object (see docs/cli.md)")
     check.set_defaults(usage_error=check.error)  # a bad value shows check's usage, not the top's
+    why = commands.add_parser(
+        "why",
+        help="why a job hangs: the verdict from every rank's collective ledger",
+        description="Name the rank at fault in a hung job: from the files its ranks wrote to "
+        "DISTBRIDGE_HANG_DIR (DIR), or by asking the running job through its store "
+        "(--store MASTER_ADDR:MASTER_PORT).",
+    )
+    source = why.add_mutually_exclusive_group(required=True)
+    source.add_argument("directory", nargs="?", metavar="DIR", help="the DISTBRIDGE_HANG_DIR")
+    source.add_argument("--store", metavar="HOST:PORT", help="the job's MASTER_ADDR:MASTER_PORT")
+    why.add_argument(
+        "--wait", type=float, default=3.0, help="seconds the ranks get to answer (default: 3)"
+    )
     return parser
 
 
@@ -54,6 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from distbridge.cli import info
 
         return info.main(args.json)
+    if args.command == "why":
+        from distbridge.cli import why
+
+        return why.main(args.directory, args.store, args.wait)
     from distbridge.cli import check
     from distbridge.cli._format import parse_sizes
     from distbridge.cli.info import default_backend

@@ -17,6 +17,7 @@ __all__ = [
     "BackendUnavailableError",
     "BarrierTimeout",
     "CollectiveMismatch",
+    "CollectiveTimeout",
     "DistributedError",
     "GroupArgumentError",
     "PeerFailed",
@@ -161,6 +162,27 @@ def _rebuild_barrier_timeout(
     message: str, missing_ranks: tuple[int, ...], name: str | None, timeout: float
 ) -> BarrierTimeout:
     return BarrierTimeout(message, missing_ranks=missing_ranks, name=name, timeout=timeout)
+
+
+class CollectiveTimeout(DistributedError, TimeoutError):  # noqa: N818  (as BarrierTimeout)
+    """A collective ran past the backend's timeout (the process group's ``timeout``); the
+    message says why, from every rank's ledger: which rank is behind and where it is, or
+    which ranks called another collective.
+
+    Attributes:
+        verdict: the verdict's text (see ``distbridge.reliability.verdict``).
+    """
+
+    def __init__(self, message: str, *, verdict: str = "") -> None:
+        super().__init__(message)
+        self.verdict = verdict
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_collective_timeout, (str(self), self.verdict))
+
+
+def _rebuild_collective_timeout(message: str, verdict: str) -> CollectiveTimeout:
+    return CollectiveTimeout(message, verdict=verdict)
 
 
 class CollectiveMismatch(DistributedError):  # noqa: N818  (the name the issue asks for)

@@ -45,13 +45,19 @@ class Worker:
         return f"Worker rank {self.rank} (local rank {self.index}, pid {self.process.pid})"
 
 
-def failure(failed: list[Worker], workers: list[Worker]) -> WorkerFailedError:
-    """The error naming the first worker that failed by itself (not by `PeerFailed`)."""
+def failure(
+    failed: list[Worker], workers: list[Worker], verdict: str | None = None
+) -> WorkerFailedError:
+    """The error naming the first worker that failed by itself (not by `PeerFailed`), with
+    the hang ``verdict`` from the workers' ledgers when there is one."""
     first = next((w for w in failed if not _is_peer_failed(w)), failed[0])
     reports = {w.rank: _outcome(w) for w in workers if w is not first and _has_ended(w)}
     others = "".join(f"\n  rank {rank}: {line}" for rank, line in reports.items())
     others = f"\n\nWhat the other workers reported:{others}" if others else ""
     stopped = "The other workers were stopped."
+    has_own = first.report is not None and first.report[2] == "CollectiveTimeout"
+    if verdict and not has_own:  # a worker's own verdict was made when it timed out: better
+        stopped += f"\n\nFrom the ranks' collective ledgers:\n{verdict}"
     if first.report is not None:
         _, worker_traceback, type_name, message = first.report
         raised = f"{type_name}: {message}" if message else type_name

@@ -29,6 +29,8 @@ from distbridge.launch._output import plan_output
 from distbridge.launch.pickling import check_picklable
 from distbridge.launch.supervisor import run_workers
 from distbridge.reliability.fail_together import record_failure
+from distbridge.reliability.hang_report import collect
+from distbridge.reliability.verdict import verdict
 
 __all__ = ["spawn_native"]
 
@@ -175,6 +177,7 @@ def spawn_native(
         init_kwargs,
     )
     on_death = None if store is None else functools.partial(_tell_peers, store, world_size)
+    explain = None if store is None else functools.partial(_job_verdict, store, world_size)
     try:
         return run_workers(
             worker,
@@ -185,14 +188,26 @@ def spawn_native(
             peer_window=PEER_WINDOW_SECONDS,
             on_death=on_death,
             output=output,
+            explain=explain,
         )
     finally:
-        del store, on_death  # the store lives exactly as long as the job
+        del store, on_death, explain  # the store lives exactly as long as the job
 
 
 def _tell_peers(store: Any, world_size: int, rank: int, how: str) -> None:
     """Leave the failure note of a worker that died without a word (``how`` it ended)."""
     record_failure(store, rank, f"its process {how}", world_size)
+
+
+def _job_verdict(store: Any, world_size: int, wait: float) -> str | None:
+    """The hang verdict from the workers' ledgers (asked for up to ``wait`` seconds, else
+    as they last published them); None when no worker has published one, or when no rank
+    waits in a collective (the failure then speaks for itself)."""
+    reports = collect(store, world_size, wait=wait)
+    if not any(report.records for report in reports):
+        return None
+    found = verdict(reports, world_size)
+    return None if found.kind == "no hang" else found.text
 
 
 def _env_port() -> int | None:

@@ -47,6 +47,7 @@ _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _TICK_SECONDS = 1.0  # longest wait between checks, so a missed wake-up costs at most this
 _STACK_DUMP_SECONDS = 1.0  # time given to workers to print their stacks on a timeout
 _EXIT_SLACK_SECONDS = 1.0  # how much longer the parent waits than a worker's own exit watchdog
+_VERDICT_SECONDS = 2.0  # how long workers get to answer for the verdict on a job timeout
 
 
 def run_workers(
@@ -60,6 +61,7 @@ def run_workers(
     peer_window: float = 0.0,
     on_death: Callable[[int, str], None] | None = None,
     output: OutputPlan | None = None,
+    explain: Callable[[float], str | None] | None = None,
 ) -> list[Any]:
     """Run ``target(i)`` in ``nprocs`` child processes and return their results in order.
 
@@ -79,6 +81,9 @@ def run_workers(
         output: which of the workers' streams go through the parent, line by line, with
             a rank tag or a rank filter (see :mod:`distbridge.launch._output`); None: the
             workers write to the parent's stdout and stderr themselves.
+        explain: ``explain(wait)`` gives the hang verdict from the workers' ledgers, asking
+            them for up to ``wait`` seconds (None: nothing to say); added to the error of a
+            failure and of the job timeout.
 
     Returns:
         The return values of ``target``, indexed by local rank.
@@ -129,7 +134,7 @@ def run_workers(
                     for end in (sender, *streams.values()):
                         end.close()  # the child has its copy; EOF must not wait for ours
             relay.start()
-            watch = _Watch(signals, deadline, job_timeout, peer_window, on_death)
+            watch = _Watch(signals, deadline, job_timeout, peer_window, on_death, explain)
             results = _supervise(workers, watch)
         finally:
             try:
@@ -226,6 +231,16 @@ class _Watch:
     job_timeout: float | None
     peer_window: float
     on_death: Callable[[int, str], None] | None
+    explain: Callable[[float], str | None] | None = None
+
+    def verdict(self, wait: float) -> str | None:
+        """The hang verdict, or None (never raises: it only adds to an error)."""
+        if self.explain is None:
+            return None
+        try:
+            return self.explain(wait)
+        except Exception:
+            return None
 
 
 def _supervise(workers: list[Worker], watch: _Watch) -> list[Any]:
@@ -247,7 +262,7 @@ def _supervise(workers: list[Worker], watch: _Watch) -> list[Any]:
             if watch.deadline is not None:
                 timeout = min(timeout, watch.deadline - now)
                 if timeout <= 0:
-                    _raise_timeout(running, watch.job_timeout)
+                    _raise_timeout(running, watch.job_timeout, watch.verdict(_VERDICT_SECONDS))
         ready = _wait(running, watch.signals, timeout)
         for worker in list(running):
             # Read a report before looking at the exit code: a worker that reported and
@@ -265,8 +280,8 @@ def _supervise(workers: list[Worker], watch: _Watch) -> list[Any]:
                 failed.append(worker)
         if failed and window_end is None:
             window_end = time.monotonic() + watch.peer_window
-    if failed:
-        raise failure(failed, workers)
+    if failed:  # the ledgers the workers published: the ones still running may be stuck
+        raise failure(failed, workers, watch.verdict(0.0))
     return [worker.report[1] for worker in workers if worker.report is not None]
 
 
@@ -294,7 +309,9 @@ def _receive(worker: Worker) -> None:
         worker.report = ("error", "", "PicklingError", f"its result could not be unpickled: {exc}")
 
 
-def _raise_timeout(running: list[Worker], job_timeout: float | None) -> None:
+def _raise_timeout(
+    running: list[Worker], job_timeout: float | None, verdict: str | None = None
+) -> None:
     # One worker at a time, so that the stacks faulthandler writes do not interleave.
     for worker in running:
         print(f"distbridge: Python stacks of {worker.describe()}:", file=sys.stderr, flush=True)
@@ -304,10 +321,11 @@ def _raise_timeout(running: list[Worker], job_timeout: float | None) -> None:
         time.sleep(_STACK_DUMP_SECONDS / len(running))
     ranks = ", ".join(str(worker.rank) for worker in running)
     still = f"ranks {ranks} were" if len(running) > 1 else f"rank {ranks} was"
+    why = "" if not verdict else f"\n\nWhy, from every rank's collective ledger:\n{verdict}"
     raise SpawnTimeoutError(
         f"The job ran past its job_timeout of {job_timeout} s; {still} still running and "
         "stopped (their Python stacks are in stderr above). Raise job_timeout, or look at "
-        "those stacks for the place where they hang."
+        f"those stacks for the place where they hang.{why}"
     )
 
 

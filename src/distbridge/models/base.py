@@ -28,6 +28,7 @@ from distbridge.algorithms.groups import GroupCache
 from distbridge.algorithms.object_frames import Serializer
 from distbridge.models._primitives import BackendPrimitives
 from distbridge.reliability import debug
+from distbridge.reliability.ledger import CollectiveLedger, Members, recorded
 from distbridge.reliability.stacks import StackWatcher
 from distbridge.reliability.timed_barrier import (
     CompletedBarrier,
@@ -48,10 +49,17 @@ class ComputationModel(BackendPrimitives):
 
     Subclass it, implement the abstract methods of ``BackendPrimitives`` and register
     the class to add a backend. Everything here is the same for every backend.
+
+    Attributes:
+        ledger: this rank's recent public collectives, per group (always on; read by the
+            hang verdict, see ``distbridge.reliability.ledger``).
     """
+
+    ledger: CollectiveLedger
 
     def __init__(self) -> None:
         self._groups = GroupCache(self)
+        self.ledger = CollectiveLedger(self._ledger_members)
         self._timed: StoreBarrier | None = None  # made at the first timed_barrier(self)
         self._watcher: StackWatcher | None = None
         self._debug = debug.enabled_by_env()  # checked first in every public collective
@@ -65,6 +73,7 @@ class ComputationModel(BackendPrimitives):
 
     # ---- public collectives ------------------------------------------------------------------
 
+    @recorded("all_reduce", 0, 2)
     def all_reduce(self, x: Any, op: str = "SUM", group: Group | None = None) -> Any:
         """Reduce ``x`` across ranks; see ``distbridge.all_reduce``."""
         if self._debug:
@@ -107,6 +116,7 @@ class ComputationModel(BackendPrimitives):
             return bool(result)
         return int(result)
 
+    @recorded("all_gather", 0, 1)
     def all_gather(self, x: Any, group: Group | None = None) -> Any:
         """Gather ``x`` from every rank; see ``distbridge.all_gather``."""
         if self._debug:
@@ -121,6 +131,7 @@ class ComputationModel(BackendPrimitives):
             return x
         return values.gather_values(self, x, resolved)
 
+    @recorded("broadcast", 0, 3)
     def broadcast(
         self, x: Any, src: int = 0, safe_mode: bool = False, group: Group | None = None
     ) -> Any:
@@ -145,6 +156,7 @@ class ComputationModel(BackendPrimitives):
             return x
         return values.broadcast_value(self, x if is_src else None, src, resolved)
 
+    @recorded("barrier", -1, 0)
     def barrier(
         self,
         group: Group | None = None,
@@ -185,6 +197,7 @@ class ComputationModel(BackendPrimitives):
         """A group of ``ranks``, created once per distinct rank set and options, then reused."""
         return self._groups.get(ranks, **kwargs)
 
+    @recorded("all_gather_tensors_with_shapes", 0, 2)
     def all_gather_tensors_with_shapes(
         self, tensor: torch.Tensor, shapes: Sequence[Sequence[int]], group: Group | None = None
     ) -> list[torch.Tensor]:
@@ -194,12 +207,14 @@ class ComputationModel(BackendPrimitives):
             self._check_collective("all_gather_tensors_with_shapes", group, x=tensor, shapes=shapes)
         return extra.all_gather_with_shapes(self, tensor, shapes, group)
 
+    @recorded("reduce", 0, 3)
     def reduce(self, x: Any, dst: int = 0, op: str = "SUM", group: Group | None = None) -> Any:
         """Reduce onto ``dst``; see ``distbridge.reduce``."""
         if self._debug:
             self._check_collective("reduce", group, x=x, dst=dst, op=op)
         return extra.reduce(self, x, dst, op, group)
 
+    @recorded("gather", 0, 2)
     def gather(
         self, x: Any, dst: int = 0, group: Group | None = None, same_shape: bool = False
     ) -> list[Any]:
@@ -213,6 +228,7 @@ class ComputationModel(BackendPrimitives):
                 return got
         return extra.gather(self, x, dst, group, same_shape)
 
+    @recorded("scatter", 0, 2)
     def scatter(
         self, tensors: Any, src: int = 0, group: Group | None = None, out: Any = None
     ) -> Any:
@@ -225,12 +241,14 @@ class ComputationModel(BackendPrimitives):
                 return sent
         return extra.scatter(self, tensors, src, group, out)
 
+    @recorded("reduce_scatter", 0, 2)
     def reduce_scatter(self, tensor: Any, op: str = "SUM", group: Group | None = None) -> Any:
         """Reduce, then give rank r chunk r; see ``distbridge.reduce_scatter``."""
         if self._debug:
             self._check_collective("reduce_scatter", group, x=tensor, op=op)
         return extra.reduce_scatter(self, tensor, op, group)
 
+    @recorded("all_to_all", 0, 1)
     def all_to_all(
         self, tensors: Any, group: Group | None = None, same_shape: bool = False
     ) -> list[torch.Tensor] | torch.Tensor:
@@ -246,6 +264,7 @@ class ComputationModel(BackendPrimitives):
                 return got
         return _all_to_all.all_to_all(self, tensors, group, same_shape)
 
+    @recorded("all_gather_object", 0, 1)
     def all_gather_object(
         self, obj: Any, group: Group | None = None, serializer: Serializer | None = None
     ) -> list[Any]:
@@ -254,6 +273,7 @@ class ComputationModel(BackendPrimitives):
             self._check_collective("all_gather_object", group)
         return objects.all_gather_object(self, obj, group, serializer)
 
+    @recorded("gather_object", 0, 2)
     def gather_object(
         self,
         obj: Any,
@@ -266,6 +286,7 @@ class ComputationModel(BackendPrimitives):
             self._check_collective("gather_object", group, dst=dst)
         return objects.gather_object(self, obj, dst, group, serializer)
 
+    @recorded("broadcast_object", 0, 2)
     def broadcast_object(
         self,
         obj: Any,
@@ -278,6 +299,7 @@ class ComputationModel(BackendPrimitives):
             self._check_collective("broadcast_object", group, src=src)
         return objects.broadcast_object(self, obj, src, group, serializer)
 
+    @recorded("scatter_object", 0, 2)
     def scatter_object(
         self,
         objs: Any,
@@ -289,6 +311,18 @@ class ComputationModel(BackendPrimitives):
         if self._debug:
             self._check_collective("scatter_object", group, x=objs, src=src)
         return objects.scatter_object(self, objs, src, group, serializer)
+
+    def _ledger_members(self, group: Any) -> Members | None:
+        """The ledger's key for ``group`` (not None): its global ranks, sorted; None when
+        this rank is not a member."""
+        if isinstance(group, list | tuple):
+            members = tuple(sorted({int(r) for r in group}))
+        else:
+            resolved = self._groups.resolve(group)
+            if resolved is NOT_A_MEMBER:
+                return None
+            members = tuple(sorted(self._group_members(resolved)))
+        return members if self.get_rank() in members else None
 
     # ---- debug mode --------------------------------------------------------------------------
 

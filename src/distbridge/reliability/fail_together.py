@@ -30,18 +30,19 @@ import functools
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from torch._C._distributed_c10d import PrefixStore  # where torch defines it
 from torch.distributed import distributed_c10d as c10d
 
-from distbridge.errors import DistributedError, PeerFailed
+from distbridge.errors import CollectiveTimeout, DistributedError, PeerFailed
 from distbridge.reliability.connections import Connections
 
 __all__ = [
     "Abortable",
+    "Explains",
     "abort_communicator",
     "failure_key",
     "install_excepthook",
@@ -60,6 +61,9 @@ __all__ = [
 #: parent writes one for a killed worker as soon as it notices the death).
 NOTE_WAIT_SECONDS = 2.0
 _POLL_SECONDS = 0.02
+#: How long a rank whose collective timed out waits for the other ranks' ledgers (a rank
+#: that answers does so within half a second; one stuck in C never does).
+ANSWER_WAIT_SECONDS = 3.0
 _SUMMARY_CHARS = 300
 # Backend errors that say a peer's connection went away: only then is a note worth waiting for.
 _CONNECTION_LOST = (
@@ -93,6 +97,45 @@ class Abortable(Protocol):
 
     def get_world_size(self) -> int:
         """The number of ranks in the job."""
+
+
+@runtime_checkable
+class Explains(Protocol):
+    """A model that keeps a collective ledger and can give the hang verdict."""
+
+    def hang_verdict(self, notes: Mapping[int, str], wait: float) -> str | None:
+        """The verdict from every rank's ledger, asked through the store for up to ``wait``
+        seconds (``notes``: rank -> why it cannot answer); None without a store."""
+
+
+def _timed_out(err: BaseException) -> bool:
+    text = str(err).lower()
+    return "timed out" in text or "timeout" in text
+
+
+def _explained(op: str, err: RuntimeError, owner: object, failure: PeerFailed | None) -> Any:
+    """``failure`` with the hang verdict added; for a timeout without a failed peer, a
+    `CollectiveTimeout` with the verdict; else None."""
+    if not isinstance(owner, Explains):
+        return failure
+    if failure is None and not _timed_out(err):
+        return None
+    notes = {} if failure is None else {failure.rank: f"it failed: {failure.summary}"}
+    try:
+        text = owner.hang_verdict(notes, ANSWER_WAIT_SECONDS if failure is None else 1.0)
+    except Exception:  # a verdict must never hide the error it explains
+        text = None
+    if failure is not None:
+        if not text:
+            return failure
+        return PeerFailed(failure.rank, failure.summary, f"{failure.detail}\n{text}")
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    if not text:
+        return None
+    return CollectiveTimeout(
+        f"{op} timed out. {text}\n(From every rank's collective ledger; the backend said: {first})",
+        verdict=text,
+    )
 
 
 def _attempt() -> str:
@@ -291,7 +334,7 @@ def translate_peer_failure(method: _Method) -> _Method:
             raise
         except RuntimeError as err:
             owner = args[0] if args else None
-            failure = _peer_failure(op, err, owner)
+            failure = _explained(op, err, owner, _peer_failure(op, err, owner))
             if failure is None:
                 raise
             if isinstance(owner, Abortable):  # the ranks waiting for this one fail too

@@ -20,6 +20,7 @@ A model's ``StoreBarrier``, and the stack watcher beside it, are made on first u
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from distbridge.algorithms.groups import GroupCache
 from distbridge.errors import BarrierTimeout, DistributedError, PeerFailed
-from distbridge.reliability.fail_together import read_failure
+from distbridge.reliability.fail_together import ANSWER_WAIT_SECONDS, Explains, read_failure
 from distbridge.reliability.stacks import StackWatcher, dump
 
 if TYPE_CHECKING:
@@ -157,8 +158,17 @@ def timed_barrier(model: ComputationModel) -> StoreBarrier | None:
 
         model._watcher = StackWatcher(store, model.get_rank(), alive)
         on_timeout = functools.partial(dump_all_stacks, model)
-        model._timed = StoreBarrier(store, model.get_rank(), on_timeout)
+        explain = functools.partial(_verdict, ref)
+        model._timed = StoreBarrier(store, model.get_rank(), on_timeout, explain)
     return model._timed
+
+
+def _verdict(ref: weakref.ref[ComputationModel]) -> str | None:
+    """The hang verdict of the model ``ref`` points to, where it can give one."""
+    model = ref()
+    if not isinstance(model, Explains):
+        return None
+    return model.hang_verdict({}, ANSWER_WAIT_SECONDS)
 
 
 def dump_all_stacks(model: ComputationModel, reason: str) -> str:
@@ -186,12 +196,20 @@ class StoreBarrier:
         rank: this process's global rank.
         on_timeout: called with a reason just before `BarrierTimeout` is raised (dumps
             the stacks of this rank and asks the others for theirs).
+        explain: gives the hang verdict added to `BarrierTimeout`'s message (or None).
     """
 
-    def __init__(self, store: Any, rank: int, on_timeout: Callable[[str], object]) -> None:
+    def __init__(
+        self,
+        store: Any,
+        rank: int,
+        on_timeout: Callable[[str], object],
+        explain: Callable[[], str | None] | None = None,
+    ) -> None:
         self._store = store
         self._rank = rank
         self._on_timeout = on_timeout
+        self._explain = explain
         self._calls: dict[tuple[int, ...], int] = {}
 
     def wait(self, members: tuple[int, ...], timeout: float, name: str | None) -> None:
@@ -309,11 +327,16 @@ class StoreBarrier:
     ) -> None:
         what = _describe(name)
         self._on_timeout(f"{what} timed out on rank {self._rank}; missing ranks {missing}")
+        why = None
+        if self._explain is not None:
+            with contextlib.suppress(Exception):  # a verdict must never hide the timeout
+                why = self._explain()
         raise BarrierTimeout(
             f"{what[0].upper()}{what[1:]} timed out after {timeout:g} s on rank {self._rank}: "
             f"ranks {missing} of the group {list(members)} did not arrive. Their Python stacks "
             "were requested in the log (distbridge.dump_stacks); look there for where they "
-            "are stuck, or raise the timeout.",
+            "are stuck, or raise the timeout."
+            + (f"\nWhy, from every rank's collective ledger:\n{why}" if why else ""),
             missing_ranks=tuple(missing),
             name=name,
             timeout=timeout,

@@ -49,6 +49,8 @@ from distbridge.reliability import coordination, fail_together
 from distbridge.reliability.connections import Connections
 from distbridge.reliability.debug import debug_flag
 from distbridge.reliability.failure_watch import FailureWatch, start_watch
+from distbridge.reliability.hang_report import Reporter, collect
+from distbridge.reliability.verdict import verdict
 
 __all__ = ["NativeModel"]
 
@@ -99,6 +101,7 @@ class NativeModel(LayoutQueries, ComputationModel):
         self._store: Any = None  # the coordination store, made on first use
         self._connections = connections or Connections()  # cut when this rank fails
         self._watch: FailureWatch | None = None  # learns of a peer's failure (initialize only)
+        self._reporter: Reporter | None = None  # publishes the ledger (initialize only)
         self._device = layout.device(visible_gpus(), gpu_required=backend == "nccl")
         # Reductions the backend lacks, folded from an all-gather: NCCL has no bitwise ones.
         self._folded_ops = frozenset(("AND", "OR")) if backend == "nccl" else frozenset()
@@ -175,6 +178,7 @@ class NativeModel(LayoutQueries, ComputationModel):
             rank, abort = layout.rank, model.abort_communicator
             fail_together.install_excepthook(rank, layout.world_size, abort)
             model._watch = start_watch(coordination.default_store(), rank, abort)
+            model._reporter = model._start_reporter()
         return model._set_debug(debug)
 
     @classmethod
@@ -215,6 +219,8 @@ class NativeModel(LayoutQueries, ComputationModel):
         fail_together.uninstall_excepthook()
         if self._watch is not None:
             self._watch.stop()
+        if self._reporter is not None:
+            self._reporter.stop()
         if self.is_current():  # the peers tell "left" from "failed"
             fail_together.leave(self._layout.rank, self._layout.world_size, self.abort_communicator)
             dist.destroy_process_group()
@@ -230,6 +236,31 @@ class NativeModel(LayoutQueries, ComputationModel):
     def known_failure(self) -> tuple[int, str] | None:
         """The failure note this rank's watcher read, if one came."""
         return None if self._watch is None else self._watch.note
+
+    def _start_reporter(self) -> Reporter | None:
+        store = coordination.default_store()
+        if store is None:
+            return None
+        ref = weakref.ref(self)
+
+        def alive() -> bool:
+            model = ref()
+            return model is not None and model.is_current()
+
+        try:
+            return Reporter(store, self._layout.rank, self.ledger, alive, self._layout.world_size)
+        except RuntimeError:  # a store that cannot be cloned or reached: no verdicts
+            return None
+
+    def hang_verdict(self, notes: Mapping[int, str], wait: float) -> str | None:
+        """Who is at fault, from every rank's ledger asked through the job's store for up to
+        ``wait`` seconds (``notes``: rank -> why it cannot answer); None without a store."""
+        store = coordination.default_store()
+        if store is None:
+            return None
+        rank, world = self._layout.rank, self._layout.world_size
+        reports = collect(store, world, me=(rank, self.ledger), wait=wait, notes=notes)
+        return verdict(reports, world).text
 
     def failure_store(self) -> Any | None:
         """The default process group's store, which holds the failure note."""

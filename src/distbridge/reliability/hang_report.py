@@ -1,0 +1,299 @@
+"""Every rank's ledger and whereabouts through the job's store, for the hang verdict.
+
+A `Reporter` is a daemon thread per rank. Every half second it
+
+- publishes this rank's ledger (its last entries per group) under ``hang/ledger/<rank>``
+  when it changed, so that a rank that can no longer answer (killed, or stuck in C while
+  holding the GIL) is still described by what it last published;
+- answers verdict requests: ``hang/requests`` counts them, and request ``n`` is answered
+  under ``hang/<n>/<rank>`` with the ledger and where the main thread is now.
+
+With ``DISTBRIDGE_HANG_DIR`` set, each rank also writes its report to
+``<dir>/rank<r>.json`` whenever its ledger changed, and where it is every few seconds while
+its ledger stands still (a rank stuck for good is described there even when the job is
+gone): `read_dump_dir` reads them back.
+
+`collect` asks every rank (or only reads what they published) and returns the reports the
+pure `distbridge.reliability.verdict.verdict` takes; `ask_job` does it from another process,
+by the store's address. Keys live on the job's root store (see
+`fail_together.job_root`), so ``spawn``'s parent, which hosts it, can ask too. Values are
+JSON: nothing received is unpickled or evaluated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from distbridge.reliability.fail_together import job_root, read_failure
+from distbridge.reliability.ledger import CollectiveLedger
+from distbridge.reliability.verdict import RankReport, Record
+
+__all__ = ["DIR_ENV_VAR", "Reporter", "ask_job", "collect", "read_dump_dir", "report", "where_now"]
+
+DIR_ENV_VAR = "DISTBRIDGE_HANG_DIR"
+#: while the ledger stands still, how often a rank with a dump directory rewrites where it is
+REWRITE_SECONDS = 2.0
+
+PREFIX = "distbridge/hang"
+REQUEST_KEY = f"{PREFIX}/requests"
+WORLD_KEY = f"{PREFIX}/world_size"
+POLL_SECONDS = 0.5
+#: entries per group a rank publishes and answers with
+SHOWN = 8
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _torch_dir() -> str:
+    import torch
+
+    return os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+def _ledger_key(rank: int) -> str:
+    return f"{PREFIX}/ledger/{rank}"
+
+
+def _answer_key(request: int, rank: int) -> str:
+    return f"{PREFIX}/{request}/{rank}"
+
+
+def where_now(thread_id: int | None = None) -> tuple[str | None, str]:
+    """Where a thread (default: the main one) is: ``("train.py:5 in stuck_here", stack)``.
+
+    The place is the innermost frame outside distbridge and torch (inside a collective: the
+    line that called it); the stack is the thread's traceback, innermost last.
+    """
+    ident = threading.main_thread().ident if thread_id is None else thread_id
+    frame = sys._current_frames().get(ident or 0)
+    if frame is None:
+        return None, ""
+    stack = "".join(traceback.format_stack(frame))
+    skipped = (_PACKAGE, _torch_dir())
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith(skipped) and not name.startswith("<frozen"):
+            path = name
+            with contextlib.suppress(ValueError):
+                relative = os.path.relpath(name)
+                path = name if relative.startswith(os.pardir) else relative
+            return f"{path}:{frame.f_lineno} in {frame.f_code.co_name}", stack
+        frame = frame.f_back
+    return None, stack
+
+
+def _tail(ledger: CollectiveLedger) -> list[dict[str, Any]]:
+    """The last ``SHOWN`` entries of each group."""
+    return ledger.snapshot(SHOWN)
+
+
+def report(rank: int, ledger: CollectiveLedger) -> dict[str, Any]:
+    """This rank's answer: its ledger's tail, where its main thread is, and its stack."""
+    where, stack = where_now()
+    return {
+        "rank": rank,
+        "records": _tail(ledger),
+        "where": where,
+        "stack": stack,
+        "time": time.time(),
+    }
+
+
+def _as_report(
+    data: Mapping[str, Any], answered: bool, note: str = "", asked: bool = True
+) -> RankReport:
+    records = tuple(Record.from_dict(r) for r in data.get("records", ()))
+    where = data.get("where") if answered else None
+    return RankReport(int(data["rank"]), records, where, answered, note, asked)
+
+
+class Reporter:
+    """Publishes this rank's ledger and answers verdict requests (see the module).
+
+    Args:
+        store: any view of the job's store (its root is used, through a clone).
+        rank: this process's global rank.
+        ledger: the model's ledger.
+        alive: False once the model's context is gone; the thread then ends.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        rank: int,
+        ledger: CollectiveLedger,
+        alive: Callable[[], bool],
+        world_size: int = 0,
+    ) -> None:
+        root = job_root(store)
+        with contextlib.suppress(AttributeError, RuntimeError):
+            root = root.clone()  # its own connection: never queued behind this rank's calls
+        self._store = root
+        self._rank = rank
+        self._ledger = ledger
+        self._alive = alive
+        self._stopped = threading.Event()
+        self._published = -1
+        self._written = 0.0  # when the dump file was last written (monotonic)
+        self._dir = os.environ.get(DIR_ENV_VAR) or None
+        if self._dir:
+            os.makedirs(self._dir, exist_ok=True)
+        self._seen = int(root.add(REQUEST_KEY, 0))
+        if world_size:
+            root.set(WORLD_KEY, str(world_size))
+        self._thread = threading.Thread(target=self._run, name="distbridge-reporter", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the thread (``finalize``)."""
+        self._stopped.set()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(POLL_SECONDS) and self._alive():
+            try:
+                self._tick()
+            except Exception:  # the store is gone: the job ended
+                return
+
+    def _tick(self) -> None:
+        count = int(self._store.add(REQUEST_KEY, 0))
+        if count > self._seen:
+            answer = json.dumps(report(self._rank, self._ledger))
+            for request in range(self._seen + 1, count + 1):
+                self._store.set(_answer_key(request, self._rank), answer)
+            self._seen = count
+        version = self._ledger.version()
+        changed = version != self._published
+        if changed:
+            self._published = version
+            data = {"rank": self._rank, "records": _tail(self._ledger)}
+            self._store.set(_ledger_key(self._rank), json.dumps(data))
+        now = time.monotonic()
+        if self._dir and (changed or now - self._written >= REWRITE_SECONDS):
+            self._written = now
+            self._write(report(self._rank, self._ledger))
+
+    def _write(self, data: Mapping[str, Any]) -> None:
+        """``<dir>/rank<r>.json``, replaced whole (a reader never sees half a file)."""
+        assert self._dir is not None
+        path = os.path.join(self._dir, f"rank{self._rank}.json")
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "w", encoding="utf-8") as out:
+            json.dump(data, out)
+        os.replace(temporary, path)
+
+
+def _published(store: Any, rank: int) -> dict[str, Any] | None:
+    key = _ledger_key(rank)
+    with contextlib.suppress(Exception):
+        if store.check([key]):
+            data = json.loads(store.get(key))
+            return data if isinstance(data, dict) else None
+    return None
+
+
+def collect(
+    store: Any,
+    world_size: int,
+    *,
+    me: tuple[int, CollectiveLedger] | None = None,
+    wait: float = 3.0,
+    notes: Mapping[int, str] | None = None,
+) -> list[RankReport]:
+    """Every rank's report: asked through ``store`` (the answers of up to ``wait`` seconds),
+    else what the rank last published (marked as not answered).
+
+    Args:
+        store: any view of the job's store.
+        world_size: the number of ranks.
+        me: this rank and its ledger, reported directly (not asked).
+        wait: how long to wait for answers; 0 only reads what was published.
+        notes: rank -> why it cannot answer (a failure note), e.g. "its process was killed".
+    """
+    root = job_root(store)
+    notes = dict(notes or {})
+    failure = read_failure(root)
+    if failure is not None:
+        notes.setdefault(failure[0], f"it failed: {failure[1]}")
+    reports: dict[int, RankReport] = {}
+    if me is not None:
+        rank, ledger = me
+        reports[rank] = _as_report(report(rank, ledger), answered=True)
+    others = [r for r in range(world_size) if r not in reports]
+    answers: dict[int, dict[str, Any]] = {}
+    if wait > 0 and others:
+        request = int(root.add(REQUEST_KEY, 1))
+        deadline = time.monotonic() + wait
+        while True:
+            for rank in others:
+                key = _answer_key(request, rank)
+                if rank not in answers and rank not in notes and root.check([key]):
+                    with contextlib.suppress(ValueError):
+                        answers[rank] = json.loads(root.get(key))
+                    with contextlib.suppress(Exception):
+                        root.delete_key(key)
+            missing = [r for r in others if r not in answers and r not in notes]
+            if not missing or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+    for rank in others:
+        if rank in answers:
+            reports[rank] = _as_report(answers[rank], answered=True)
+            continue
+        note = notes.get(rank, "")
+        published = _published(root, rank)
+        asked = wait > 0
+        if published is not None:
+            reports[rank] = _as_report(published, answered=False, note=note, asked=asked)
+        else:
+            reports[rank] = RankReport(rank, answered=False, note=note, asked=asked)
+    return [reports[r] for r in sorted(reports)]
+
+
+def read_dump_dir(path: str) -> tuple[list[RankReport], int]:
+    """The reports the ranks wrote to dump directory ``path`` (``rank<r>.json``), as not
+    asked: what each last wrote; and the world size they imply (the highest rank + 1).
+
+    Raises:
+        FileNotFoundError: ``path`` holds no ``rank<r>.json`` file.
+    """
+    reports = []
+    for name in sorted(os.listdir(path)):
+        if not (name.startswith("rank") and name.endswith(".json")):
+            continue
+        with open(os.path.join(path, name), encoding="utf-8") as data:
+            loaded = json.load(data)
+        report = _as_report(loaded, answered=True, asked=False)
+        reports.append(report)
+    if not reports:
+        raise FileNotFoundError(
+            f"{path!r} holds no rank<r>.json file: set {DIR_ENV_VAR} to it before the job "
+            "starts, so that every rank writes there."
+        )
+    return reports, max(r.rank for r in reports) + 1
+
+
+def ask_job(address: str, wait: float = 3.0) -> tuple[list[RankReport], int]:
+    """Ask a running job for every rank's report through its store at ``host:port`` (the
+    job's MASTER_ADDR and MASTER_PORT); returns the reports and the world size."""
+    from torch._C._distributed_c10d import TCPStore
+
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"The store address must be host:port, got {address!r}.")
+    store = TCPStore(host, int(port), None, False, timeout=timedelta(seconds=10))
+    if not store.check([WORLD_KEY]):
+        raise RuntimeError(
+            f"The store at {address} has no distbridge job with a collective ledger (no "
+            f"{WORLD_KEY!r} key): is it the job's MASTER_ADDR:MASTER_PORT?"
+        )
+    world_size = int(store.get(WORLD_KEY))
+    return collect(store, world_size, wait=wait), world_size

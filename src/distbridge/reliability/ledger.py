@@ -1,0 +1,259 @@
+"""The collective ledger: each rank's recent facade collectives, always on, for hang verdicts.
+
+Every public collective of a model (``all_reduce``, ``barrier``, ``broadcast_object``, ...)
+is recorded when it starts: its sequence number in its group, its name, what it carried
+(dtype and shape of a tensor, else the value's type), the group (its global ranks; the
+world is ``None``) and the caller's code position (the first frame outside distbridge). The
+group's log then says whether the rank has passed it. Only the last ``capacity`` entries of
+each group are kept, in a ring of tuples; rendering (file:line, dtype names) waits until
+someone reads the ledger (`snapshot`), so recording costs a few hundred nanoseconds.
+
+Sequence numbers count this rank's calls per group, so the n-th collective of a group is
+``#n`` on every member: comparing ledgers across ranks shows who is behind and who called
+something else (`distbridge.reliability.verdict`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import weakref
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
+
+import torch
+
+__all__ = [
+    "CAPACITY_ENV_VAR",
+    "DEFAULT_CAPACITY",
+    "CollectiveLedger",
+    "GroupLog",
+    "recorded",
+]
+
+#: entries kept per group, unless ``DISTBRIDGE_LEDGER_SIZE`` says otherwise
+DEFAULT_CAPACITY: Final = 64
+CAPACITY_ENV_VAR: Final = "DISTBRIDGE_LEDGER_SIZE"
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_INSIDE: dict[str, bool] = {}  # file name -> whether it is distbridge's own (cached)
+_getframe = sys._getframe
+_Tensor = torch.Tensor
+
+Members = tuple[int, ...]
+#: (seq, op, dtype or type, shape or None, code, instruction offset)
+Entry = tuple[int, str, Any, Any, Any, int]
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _capacity() -> int:
+    raw = os.environ.get(CAPACITY_ENV_VAR)
+    if raw is None:
+        return DEFAULT_CAPACITY
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(
+            f"{CAPACITY_ENV_VAR}={raw!r} must be a positive number of entries per group; "
+            f"unset it for the default ({DEFAULT_CAPACITY})."
+        )
+    return value
+
+
+class GroupLog:
+    """The recent collectives of one group on this rank.
+
+    Attributes:
+        members: the group's global ranks, or None for the world.
+        seq: how many collectives of the group this rank started (the last one's number).
+        passed: the number of the last one that returned or raised; ``seq > passed`` means
+            this rank is inside collective ``seq`` now.
+        raised: beside ``ring``, the numbers of the kept ones that raised (0 elsewhere).
+    """
+
+    __slots__ = ("capacity", "members", "passed", "raised", "ring", "seq")
+
+    def __init__(self, members: Members | None, capacity: int) -> None:
+        self.members = members
+        self.capacity = capacity
+        self.seq = 0
+        self.passed = 0
+        self.raised = [0] * capacity
+        self.ring: list[Entry | None] = [None] * capacity
+
+    def entries(self, limit: int | None = None) -> list[Entry]:
+        """The kept entries (the last ``limit`` of them), oldest first."""
+        kept = self.capacity if limit is None else min(limit, self.capacity)
+        first = max(1, self.seq - kept + 1)
+        got = [self.ring[seq % self.capacity] for seq in range(first, self.seq + 1)]
+        return [entry for entry in got if entry is not None]
+
+
+def _line(code: Any, offset: int) -> int:
+    """The source line of instruction ``offset`` in ``code``."""
+    line = code.co_firstlineno
+    for start, end, number in code.co_lines():
+        if number is not None and start <= offset < end:
+            return int(number)
+        if number is not None and start <= offset:
+            line = number
+    return int(line)
+
+
+def _short_path(path: str) -> str:
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return path
+    return path if relative.startswith(os.pardir) else relative
+
+
+def _what(kind: Any, shape: Any) -> str:
+    """``float32[3, 4]`` for a tensor, the type's name otherwise."""
+    if isinstance(kind, torch.dtype):
+        return f"{str(kind).removeprefix('torch.')}{list(shape)}"
+    return getattr(kind, "__name__", str(kind))
+
+
+class CollectiveLedger:
+    """The ledger of one model: a `GroupLog` per group, the world's at hand.
+
+    Args:
+        members_of: the global ranks of a ``group=`` argument that is not None, or None when
+            this rank is not a member (or the argument is not a group: the collective then
+            raises its own error and nothing is recorded).
+        capacity: entries kept per group (default: ``DISTBRIDGE_LEDGER_SIZE`` or 64).
+    """
+
+    def __init__(
+        self,
+        members_of: Callable[[Any], Members | None],
+        capacity: int | None = None,
+    ) -> None:
+        self.capacity = _capacity() if capacity is None else capacity
+        self.world = GroupLog(None, self.capacity)
+        self._members_of = members_of
+        self._logs: dict[Members, GroupLog] = {}
+        # id(group object) -> (a weak reference to it, its members)
+        self._known: dict[int, tuple[weakref.ref[Any], Members | None]] = {}
+
+    def log_of(self, group: Any) -> GroupLog | None:
+        """The log of ``group`` (not None), made on first use; None when this rank is not a
+        member or ``group`` is not a group."""
+        known = self._known.get(id(group))
+        if known is not None and known[0]() is group:
+            members = known[1]
+        else:
+            try:
+                members = self._members_of(group)
+            except Exception:  # not a group: the collective says so itself
+                return None
+            if not isinstance(group, list | tuple):  # a list is new (or changed) each call
+                # held weakly: a destroyed process group must be freed at once
+                with contextlib.suppress(TypeError):  # no weak reference: asked each time
+                    self._known[id(group)] = (weakref.ref(group), members)
+        if members is None:
+            return None
+        log = self._logs.get(members)
+        if log is None:
+            log = self._logs[members] = GroupLog(members, self.capacity)
+        return log
+
+    def logs(self) -> list[GroupLog]:
+        """Every group's log, the world's first."""
+        return [self.world, *self._logs.values()]
+
+    def version(self) -> int:
+        """A number that changes whenever a collective starts or ends (to publish changes)."""
+        total = 0
+        for log in self.logs():
+            total += 2 * log.seq + log.passed
+        return total
+
+    def snapshot(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Every kept entry (the last ``limit`` per group) as plain data (JSON-ready), per
+        group oldest first: ``seq``,
+        ``op``, ``group`` (ranks, or None for the world), ``what`` (``float32[3]``), ``site``
+        (``train.py:13 in step``) and ``state`` ("done", "raised" or "waiting")."""
+        records: list[dict[str, Any]] = []
+        for log in self.logs():
+            for seq, op, kind, shape, code, offset in log.entries(limit):
+                if seq > log.passed:
+                    state = "waiting"
+                elif log.raised[seq % log.capacity] == seq:
+                    state = "raised"
+                else:
+                    state = "done"
+                site = f"{_short_path(code.co_filename)}:{_line(code, offset)} in {code.co_name}"
+                records.append(
+                    {
+                        "seq": seq,
+                        "op": op,
+                        "group": None if log.members is None else list(log.members),
+                        "what": _what(kind, shape),
+                        "site": site,
+                        "state": state,
+                    }
+                )
+        return records
+
+
+def recorded(op: str, x_at: int = 0, group_at: int = -1) -> Callable[[_Method], _Method]:
+    """Decorate a model's public collective so that ``self.ledger`` records each call.
+
+    Args:
+        op: the name recorded (``"all_reduce"``).
+        x_at: the position of the payload argument after ``self`` (-1: none, a barrier).
+        group_at: the position of ``group`` after ``self`` (-1: keyword only).
+
+    The undecorated method stays reachable as ``__wrapped__`` (the bench compares both).
+    Everything is written out in the wrapper, no helper call, since it runs on every
+    collective; the site is found with ``sys._getframe(depth)``, which makes one frame
+    object, where walking ``f_back`` would make one per level.
+    """
+
+    def decorate(method: _Method) -> _Method:
+        @functools.wraps(method)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            n = len(args)
+            group = args[group_at] if -1 < group_at < n else kwargs.get("group")
+            ledger = self.ledger
+            log = ledger.world if group is None else ledger.log_of(group)
+            seq = 0
+            if log is not None:
+                depth = 1
+                frame = _getframe(1)  # the caller: the facade, or whoever called the model
+                while _INSIDE.get(frame.f_code.co_filename, True):
+                    name = frame.f_code.co_filename
+                    if name not in _INSIDE:
+                        _INSIDE[name] = name.startswith(_PACKAGE)
+                        continue
+                    depth += 1
+                    try:
+                        frame = _getframe(depth)
+                    except ValueError:  # called from distbridge itself, all the way down
+                        break
+                x = args[x_at] if -1 < x_at < n else None
+                log.seq = seq = log.seq + 1
+                if x.__class__ is _Tensor:
+                    entry: Entry = (seq, op, x.dtype, x.shape, frame.f_code, frame.f_lasti)
+                else:
+                    entry = (seq, op, x.__class__, None, frame.f_code, frame.f_lasti)
+                log.ring[seq % log.capacity] = entry
+            try:
+                result = method(self, *args, **kwargs)
+            except BaseException:
+                if log is not None:
+                    log.passed = log.seq
+                    log.raised[seq % log.capacity] = seq
+                raise
+            if log is not None:
+                log.passed = log.seq
+            return result
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

@@ -1,0 +1,332 @@
+"""The hang verdict: from every rank's ledger (and where each rank is now), who is at fault.
+
+A pure function of plain data, so it runs the same in a hung job, in ``spawn``'s parent, on
+a dump directory after the job is gone, or in a test. Its text reads, for example::
+
+    Hang in all_reduce #4 of the world (train.py:13): ranks 0, 1 are waiting in it.
+    rank 2 did not reach it: its last collective was #3 (train.py:10); it is at
+    train.py:5 in stuck_here.
+
+Two findings, in this order:
+
+- **Divergence**: at the same sequence number of a group, ranks called different
+  collectives (``rank 1 called all_gather (train.py:9) where ranks 0, 2 called all_reduce
+  (train.py:11) at #2 of the world``). The majority's call counts as the expected one (a
+  tie: the side of the lowest rank).
+- **Hang**: some members of a group wait in its collective ``#n`` while others have not
+  started it (their last collective of the group is older): those are behind, and the
+  verdict says where each one is now.
+
+A rank that did not answer (killed, or stuck in C while holding the GIL) is named as such,
+with the ledger it last published.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["RankReport", "Record", "Verdict", "verdict"]
+
+WAITING = "waiting"
+Members = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Record:
+    """One collective in a rank's ledger.
+
+    Attributes:
+        seq: its number in its group on this rank (1 for the first).
+        op: the collective's name, e.g. ``"all_reduce"``.
+        group: the group's global ranks, sorted; None for the world.
+        what: what it carried, e.g. ``"float32[3]"``.
+        site: where it was called, ``"train.py:13 in main"``.
+        state: "waiting" (the rank is in it now), "done" or "raised".
+    """
+
+    seq: int
+    op: str
+    group: Members | None
+    what: str
+    site: str
+    state: str
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Record:
+        """A record from `CollectiveLedger.snapshot`'s plain data (JSON)."""
+        group = data.get("group")
+        return cls(
+            seq=int(data["seq"]),
+            op=str(data["op"]),
+            group=None if group is None else tuple(int(r) for r in group),
+            what=str(data.get("what", "")),
+            site=str(data.get("site", "?")),
+            state=str(data.get("state", "done")),
+        )
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """What is known of one rank.
+
+    Attributes:
+        rank: its global rank.
+        records: its ledger (any order).
+        where: where its main thread is now (``"train.py:5 in stuck_here"``), if it said.
+        answered: False when the rank did not answer: ``records`` are what it last published.
+        note: why it did not answer, when known (``"its process was killed by SIGKILL"``).
+        asked: False when nobody asked it (``records`` were read as it last published them,
+            e.g. by ``spawn``'s parent): then not answering is no finding.
+    """
+
+    rank: int
+    records: tuple[Record, ...] = ()
+    where: str | None = None
+    answered: bool = True
+    note: str = ""
+    asked: bool = True
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The finding, as text and as data.
+
+    Attributes:
+        text: the verdict, one finding a line.
+        kind: "diverged", "hang", "all waiting" (no rank is behind) or "no hang".
+        group: the group of the finding (None: the world).
+        seq: the collective's number in that group.
+        op: the collective the majority (diverged) or the waiting ranks (hang) are in.
+        waiting: ranks waiting in it.
+        behind: rank -> its last collective's number in the group (0: none), for the ranks
+            that did not reach it.
+        diverged: the ranks that called something else.
+        silent: the ranks that did not answer.
+    """
+
+    text: str
+    kind: str
+    group: Members | None = None
+    seq: int | None = None
+    op: str | None = None
+    waiting: Members = ()
+    behind: Mapping[int, int] = field(default_factory=dict)
+    diverged: Members = ()
+    silent: Members = ()
+
+
+def _ranks(ranks: Iterable[int]) -> str:
+    ordered = sorted(ranks)
+    word = "rank" if len(ordered) == 1 else "ranks"
+    return f"{word} {', '.join(map(str, ordered))}"
+
+
+def _group_name(group: Members | None) -> str:
+    return "the world" if group is None else f"group {list(group)}"
+
+
+def _line(site: str) -> str:
+    """``train.py:13`` of ``train.py:13 in main``."""
+    return site.split(" in ", 1)[0]
+
+
+class _Ledgers:
+    """The reports, indexed: group -> rank -> seq -> record."""
+
+    def __init__(self, reports: Mapping[int, RankReport], world_size: int) -> None:
+        self.reports = reports
+        self.world_size = world_size
+        self.by_group: dict[Members | None, dict[int, dict[int, Record]]] = {}
+        for rank, report in reports.items():
+            for record in report.records:
+                self.by_group.setdefault(record.group, {}).setdefault(rank, {})[record.seq] = record
+
+    def groups(self) -> list[Members | None]:
+        """Every group seen, the world first, then by members."""
+        others = sorted(g for g in self.by_group if g is not None)
+        return [None, *others] if None in self.by_group else list(others)
+
+    def members(self, group: Members | None) -> list[int]:
+        if group is not None:
+            return list(group)
+        return sorted(set(range(self.world_size)) | set(self.reports))
+
+    def last(self, group: Members | None, rank: int) -> Record | None:
+        records = self.by_group.get(group, {}).get(rank)
+        return records[max(records)] if records else None
+
+    def waiting_elsewhere(self, rank: int, group: Members | None) -> Record | None:
+        """The collective of another group that ``rank`` waits in, if any."""
+        for other in self.groups():
+            if other != group:
+                last = self.last(other, rank)
+                if last is not None and last.state == WAITING:
+                    return last
+        return None
+
+
+def _majority(sides: Mapping[str, list[int]]) -> str:
+    """The op most ranks called; a tie goes to the side of the lowest rank."""
+    return min(sides, key=lambda op: (-len(sides[op]), min(sides[op])))
+
+
+def _divergence(ledgers: _Ledgers) -> Verdict | None:
+    for group in ledgers.groups():
+        per_rank = ledgers.by_group[group]
+        seqs = sorted({seq for records in per_rank.values() for seq in records})
+        for seq in seqs:
+            sides: dict[str, list[int]] = {}
+            for rank in sorted(per_rank):
+                record = per_rank[rank].get(seq)
+                if record is not None:
+                    sides.setdefault(record.op, []).append(rank)
+            if len(sides) < 2:
+                continue
+            expected = _majority(sides)
+            site_of = {op: _line(per_rank[ranks[0]][seq].site) for op, ranks in sides.items()}
+            odd = [op for op in sides if op != expected]
+            parts = [f"{_ranks(sides[op])} called {op} ({site_of[op]})" for op in odd]
+            text = (
+                f"{' and '.join(parts)} where {_ranks(sides[expected])} called {expected} "
+                f"({site_of[expected]}) at #{seq} of {_group_name(group)}: the ranks diverged; "
+                "every rank must call the same collectives in the same order."
+            )
+            diverged = tuple(sorted(r for op in odd for r in sides[op]))
+            return Verdict(text, "diverged", group, seq, expected, diverged=diverged)
+    return None
+
+
+def _behind_line(ledgers: _Ledgers, rank: int, group: Members | None, seq: int) -> str:
+    report = ledgers.reports.get(rank)
+    last = ledgers.last(group, rank)
+    if last is None:
+        line = f"rank {rank} did not reach it: it has called no collective of {_group_name(group)}"
+    else:
+        line = (
+            f"rank {rank} did not reach it: its last collective was #{last.seq} "
+            f"({_line(last.site)})"
+        )
+    elsewhere = ledgers.waiting_elsewhere(rank, group)
+    if elsewhere is not None:
+        line += (
+            f"; it is waiting in {elsewhere.op} #{elsewhere.seq} of "
+            f"{_group_name(elsewhere.group)} ({_line(elsewhere.site)})"
+        )
+    if report is None or not report.answered:
+        asked = report is None or report.asked
+        note = "" if report is None else report.note
+        has_records = report is not None and bool(report.records)
+        if asked:
+            line += f"; it did not answer{f' ({note})' if note else ''}"
+            line += ", so this is the ledger it last published" if has_records else ""
+        else:
+            line += f", as last published{'; ' + note if note else ''}"
+    elif report.where:
+        line += f"; it is at {report.where}"
+    return line + "."
+
+
+def _hang(ledgers: _Ledgers) -> Verdict | None:
+    for group in ledgers.groups():
+        members = ledgers.members(group)
+        lasts = {rank: ledgers.last(group, rank) for rank in members}
+        top = max((r.seq for r in lasts.values() if r is not None), default=0)
+        # a rank that raised in it (its own timeout, after the hang) also reached it
+        waiting = [r for r, rec in lasts.items() if rec and rec.seq == top and rec.state != "done"]
+        behind = {
+            r: rec.seq if rec else 0 for r, rec in lasts.items() if (rec.seq if rec else 0) < top
+        }
+        if not waiting or not behind:
+            continue
+        record = lasts[waiting[0]]
+        assert record is not None
+        raised = [r for r in waiting if (rec := lasts[r]) is not None and rec.state != WAITING]
+        if raised:
+            how = f"{_ranks(waiting)} entered it, and it raised on {_ranks(raised)}"
+        else:
+            how = f"{_ranks(waiting)} {'is' if len(waiting) == 1 else 'are'} waiting in it"
+        lines = [
+            f"Hang in {record.op} #{top} of {_group_name(group)} ({_line(record.site)}): {how}."
+        ]
+        lines += [_behind_line(ledgers, rank, group, top) for rank in sorted(behind)]
+        return Verdict(
+            "\n".join(lines), "hang", group, top, record.op, tuple(sorted(waiting)), behind
+        )
+    return None
+
+
+def _all_waiting(ledgers: _Ledgers) -> Verdict | None:
+    for group in ledgers.groups():
+        members = ledgers.members(group)
+        lasts = [ledgers.last(group, rank) for rank in members]
+        if lasts and all(r is not None and r.state == WAITING for r in lasts):
+            record = lasts[0]
+            assert record is not None
+            if len({r.seq for r in lasts if r is not None}) == 1:
+                text = (
+                    f"Every member of {_group_name(group)} is waiting in {record.op} "
+                    f"#{record.seq} ({_line(record.site)}): no rank is behind, so the "
+                    "backend itself did not complete it (a network problem, a device hang)."
+                )
+                return Verdict(text, "all waiting", group, record.seq, record.op, tuple(members))
+    return None
+
+
+def _silent_lines(ledgers: _Ledgers, silent: list[int], named: set[int]) -> list[str]:
+    lines = []
+    for rank in silent:
+        if rank in named:
+            continue
+        report = ledgers.reports.get(rank)
+        note = f" ({report.note})" if report is not None and report.note else ""
+        lasts = [ledgers.last(g, rank) for g in ledgers.groups()]
+        known = [r for r in lasts if r is not None]
+        if known:
+            last = known[0]
+            lines.append(
+                f"rank {rank} did not answer{note}; its last published collective was "
+                f"{last.op} #{last.seq} of {_group_name(last.group)} ({_line(last.site)})."
+            )
+        else:
+            lines.append(f"rank {rank} did not answer{note} and left no ledger.")
+    return lines
+
+
+def verdict(
+    reports: Iterable[RankReport] | Mapping[int, RankReport], world_size: int = 0
+) -> Verdict:
+    """Who is at fault in a stuck job, from every rank's report.
+
+    Args:
+        reports: one `RankReport` per rank (a rank without one is taken as silent).
+        world_size: the number of ranks in the job (0: the highest rank reported, plus one).
+
+    Returns:
+        A `Verdict`; its ``text`` names the ranks at fault, the collective and the sites.
+    """
+    items = reports.values() if isinstance(reports, Mapping) else reports
+    by_rank = {report.rank: report for report in items}
+    size = max(world_size, max(by_rank, default=-1) + 1)
+    for rank in range(size):
+        by_rank.setdefault(rank, RankReport(rank, answered=False))
+    ledgers = _Ledgers(by_rank, size)
+    silent = sorted(r for r, rep in by_rank.items() if not rep.answered and rep.asked)
+    found = _divergence(ledgers) or _hang(ledgers) or _all_waiting(ledgers)
+    if found is None:
+        found = Verdict("No rank is waiting in a collective of distbridge.", "no hang")
+    named = {*found.behind, *found.waiting, *found.diverged}
+    extra = _silent_lines(ledgers, silent, named)
+    text = "\n".join([found.text, *extra])
+    return Verdict(
+        text,
+        found.kind,
+        found.group,
+        found.seq,
+        found.op,
+        found.waiting,
+        found.behind,
+        found.diverged,
+        tuple(silent),
+    )

@@ -1,0 +1,72 @@
+"""What the ranks run in test_hang_verdict.py: three all-reduces, then one rank goes astray.
+
+Modes (``spawned(local_rank, folder, mode)``):
+
+- ``sleep``: rank 2 sleeps in `stuck_here` (plain Python) while ranks 0 and 1 wait in the
+  fourth all-reduce;
+- ``diverge``: rank 1 calls an all-gather where ranks 0 and 2 call that all-reduce;
+- ``kill``: rank 2 SIGKILLs itself instead;
+- ``barrier``: as ``sleep``, but ranks 0 and 1 wait in ``barrier(timeout=BARRIER_TIMEOUT)``;
+- ``c_call``: rank 2 blocks in a C function that holds the GIL (``PyDLL``'s ``sleep``), so it
+  can answer nothing.
+
+Rank 0 writes ``<folder>/started`` (the time it entered the fourth collective) and
+``<folder>/caught`` (the time its error came), and every rank its pid to
+``<folder>/worker-<rank>.pid``. The lines marked ``# SITE:<name>`` are the ones the verdict
+must name.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import signal
+import time
+from pathlib import Path
+
+import torch
+
+import distbridge as idist
+
+STUCK_SECONDS = 120.0  # far longer than the test waits: the verdict must not wait for it
+BARRIER_TIMEOUT = 5.0
+SETTLE_SECONDS = 1.5  # rank 2 waits this long before going astray: its ledger is published
+
+
+def stuck_here() -> None:
+    time.sleep(STUCK_SECONDS)  # SITE:stuck
+
+
+def stuck_in_c() -> None:
+    libc = ctypes.PyDLL(ctypes.util.find_library("c"))  # PyDLL: the GIL stays held
+    libc.sleep(int(STUCK_SECONDS))  # SITE:c_call
+
+
+def spawned(local_rank: int, folder: str, mode: str) -> int:
+    rank = idist.get_rank()
+    Path(folder, f"worker-{rank}.pid").write_text(str(os.getpid()))
+    x = torch.ones(3)
+    for _ in range(3):
+        idist.all_reduce(x)  # SITE:third
+    if rank == 2 and mode != "diverge":
+        time.sleep(SETTLE_SECONDS)
+        if mode in ("sleep", "barrier"):
+            stuck_here()
+        elif mode == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif mode == "c_call":
+            stuck_in_c()
+    if rank == 0:
+        Path(folder, "started").write_text(repr(time.time()))
+    try:
+        if rank == 1 and mode == "diverge":
+            idist.all_gather(x)  # SITE:odd
+        elif mode == "barrier":
+            idist.barrier(timeout=BARRIER_TIMEOUT)  # SITE:barrier
+        else:
+            idist.all_reduce(x)  # SITE:fourth
+    finally:
+        if rank == 0:
+            Path(folder, "caught").write_text(repr(time.time()))
+    return rank

@@ -1,0 +1,173 @@
+"""The hang verdict for real: 3 gloo ranks under ``spawn`` with a 5 s process-group timeout,
+default settings (no debug mode). One rank goes astray after three all-reduces (see
+hang_targets.py); the error must name it, its file:line and the collective the others wait
+in, within the timeout plus a few seconds, and leave no process behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import distbridge as idist
+from distbridge.errors import SpawnTimeoutError, WorkerFailedError
+from tests.distributed import hang_targets as targets
+from tests.distributed.process_checks import assert_gone
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
+
+TIMEOUT = 5.0  # the process group's timeout
+JOB_TIMEOUT = 60.0  # test_a_job_timeout: time enough to start three workers on busy cores
+#: from the hung collective's start to rank 0's error: the timeout, the verdict's wait for
+#: answers (3 s when a rank cannot answer) and slack for two busy cores
+BOUND = TIMEOUT + 3.0 + 6.0
+SOURCE = Path(targets.__file__).read_text().splitlines()
+FILE = os.path.relpath(targets.__file__)  # as the workers, started here, name it
+
+
+def _site(name: str) -> str:
+    """``tests/distributed/hang_targets.py:<line>`` of the line marked ``# SITE:<name>``."""
+    line = next(i for i, text in enumerate(SOURCE, 1) if text.endswith(f"# SITE:{name}"))
+    return f"{FILE}:{line}"
+
+
+def _spawn_failure(folder: Path, mode: str) -> WorkerFailedError:
+    with pytest.raises(WorkerFailedError) as info:
+        idist.spawn("gloo", targets.spawned, args=(str(folder), mode), nproc_per_node=3,
+                    timeout=TIMEOUT, job_timeout=150)  # fmt: skip
+    return info.value
+
+
+def _check_time_and_processes(folder: Path) -> float:
+    seconds = float((folder / "caught").read_text()) - float((folder / "started").read_text())
+    assert seconds < BOUND, f"rank 0's error came {seconds:.1f} s after the hang began"
+    pids = [int(p.read_text()) for p in sorted(folder.glob("worker-*.pid"))]
+    assert len(pids) == 3
+    assert_gone(pids, timeout=0)
+    return seconds
+
+
+def _text(error: WorkerFailedError) -> str:
+    """The message without the paths gloo prints, the whole words joined on one line."""
+    return re.sub(r"\s+", " ", str(error))
+
+
+def test_a_rank_stuck_in_python(tmp_path: Path) -> None:
+    error = _spawn_failure(tmp_path, "sleep")
+
+    text = _text(error)
+    assert error.rank in (0, 1), text  # a waiting rank timed out: the verdict names rank 2
+    assert "CollectiveTimeout: all_reduce timed out." in text, text
+    assert f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 are waiting" in text
+    assert (
+        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it is at "
+        f"{_site('stuck')} in stuck_here." in text
+    ), text
+    seconds = _check_time_and_processes(tmp_path)
+    print(f"\nHANG stuck in Python: rank 0's verdict {seconds:.1f} s after the hang began")
+
+
+def test_a_barrier_timeout(tmp_path: Path) -> None:
+    error = _spawn_failure(tmp_path, "barrier")
+
+    text = _text(error)
+    assert "BarrierTimeout: Barrier timed out after 5 s" in text, text
+    assert f"Hang in barrier #4 of the world ({_site('barrier')}): ranks 0, 1 are waiting" in text
+    assert (
+        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it is at "
+        f"{_site('stuck')} in stuck_here." in text
+    ), text
+    seconds = _check_time_and_processes(tmp_path)
+    print(f"\nHANG barrier(timeout=5): rank 0's verdict {seconds:.1f} s after the hang began")
+
+
+def test_diverged_collectives(tmp_path: Path) -> None:
+    error = _spawn_failure(tmp_path, "diverge")
+
+    text = _text(error)
+    assert (
+        f"rank 1 called all_gather ({_site('odd')}) where ranks 0, 2 called all_reduce "
+        f"({_site('fourth')}) at #4 of the world: the ranks diverged" in text
+    ), text
+    seconds = _check_time_and_processes(tmp_path)
+    print(f"\nHANG diverged: rank 0's verdict {seconds:.1f} s after the hang began")
+
+
+def test_a_killed_rank(tmp_path: Path) -> None:
+    start = time.monotonic()
+    error = _spawn_failure(tmp_path, "kill")
+
+    text = _text(error)
+    assert (error.rank, error.exitcode) == (2, -signal.SIGKILL), text
+    assert f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 are waiting" in text
+    assert (
+        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}), as last "
+        "published; it failed: its process was killed by signal SIGKILL" in text
+    ), text
+    assert sorted(error.peer_reports) == [0, 1]
+    for report in error.peer_reports.values():  # the survivors' own errors say it first
+        assert report.startswith("PeerFailed: Rank 2 failed: its process was killed"), report
+    seconds = _check_time_and_processes(tmp_path)
+    print(f"\nHANG killed: PeerFailed {seconds:.1f} s, spawn {time.monotonic() - start:.1f} s")
+
+
+def test_a_rank_stuck_in_c_holding_the_gil(tmp_path: Path) -> None:
+    error = _spawn_failure(tmp_path, "c_call")
+
+    text = _text(error)
+    assert f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 are waiting" in text
+    assert (
+        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it did not "
+        "answer, so this is the ledger it last published." in text
+    ), text
+    seconds = _check_time_and_processes(tmp_path)
+    print(f"\nHANG stuck in C: rank 0's verdict {seconds:.1f} s after the hang began")
+
+
+def test_the_verdict_rebuilt_from_the_dump_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dumps = tmp_path / "dumps"
+    monkeypatch.setenv("DISTBRIDGE_HANG_DIR", str(dumps))  # the workers inherit it
+    _spawn_failure(tmp_path, "sleep")
+
+    assert sorted(p.name for p in dumps.iterdir()) == ["rank0.json", "rank1.json", "rank2.json"]
+    command = [sys.executable, "-m", "distbridge", "why", str(dumps)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    text = re.sub(r"\s+", " ", done.stdout)
+    # After the hang ranks 0 and 1 raised CollectiveTimeout; their files may have caught that.
+    hang = re.escape(f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 ")
+    assert re.search(
+        hang + r"(are waiting in it|entered it, and it raised on ranks? [01, ]+)\.", text
+    )
+    assert (
+        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it is at "
+        f"{_site('stuck')} in stuck_here." in text
+    ), text
+
+
+def test_a_job_timeout(tmp_path: Path) -> None:
+    # The process group's timeout (120 s) is far away: spawn's job_timeout ends the job first,
+    # and its parent asks the workers for the verdict.
+    with pytest.raises(SpawnTimeoutError) as info:
+        idist.spawn("gloo", targets.spawned, args=(str(tmp_path), "sleep"), nproc_per_node=3,
+                    timeout=120, job_timeout=JOB_TIMEOUT)  # fmt: skip
+
+    text = re.sub(r"\s+", " ", str(info.value))
+    assert f"job_timeout of {JOB_TIMEOUT} s" in text, text
+    assert f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 are waiting" in text
+    assert (
+        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it is at "
+        f"{_site('stuck')} in stuck_here." in text
+    ), text
+    pids = [int(p.read_text()) for p in sorted(tmp_path.glob("worker-*.pid"))]
+    assert len(pids) == 3
+    assert_gone(pids, timeout=0)
