@@ -120,7 +120,7 @@ def test_chunks_of_one_tensor_are_joined_without_a_copy() -> None:
 
 
 def test_bytes_of_one_element_with_any_stride() -> None:
-    from distbridge.algorithms.carriers import as_bytes
+    from distbridge.algorithms.byte_view import as_bytes
 
     one = torch.tensor([5, 7], dtype=torch.int64)[::2]  # stride 2, yet "contiguous"
     assert one.is_contiguous() and one.stride() == (2,)
