@@ -70,6 +70,7 @@ from distbridge.helpers import (
     synchronize,
 )
 from distbridge.launcher import Parallel
+from distbridge.mesh import device_mesh
 from distbridge.models import ComputationModel
 from distbridge.objects import (
     Serializer,
@@ -126,6 +127,7 @@ __all__ = [
     "broadcast",
     "broadcast_object",
     "device",
+    "device_mesh",
     "dump_stacks",
     "errors",
     "finalize",

@@ -2,7 +2,8 @@
 
 torch.distributed's ``new_group`` is a collective and allocates a communicator,
 so a group is created once per distinct rank set (and options) and reused:
-``all_reduce(x, group=[0, 1])`` in a loop never leaks groups.
+``all_reduce(x, group=[0, 1])`` in a loop never leaks groups. A one-dimensional DeviceMesh
+(``mesh["tp"]``) stands for the process group of its dimension.
 """
 
 from __future__ import annotations
@@ -13,12 +14,17 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+try:
+    from torch.distributed.device_mesh import DeviceMesh
+except ImportError:  # a torch built without distributed support
+    DeviceMesh = None  # type: ignore[assignment,misc]
+
 from distbridge.errors import GroupArgumentError
 
 if TYPE_CHECKING:
     from distbridge.models.base import ComputationModel
 
-__all__ = ["GroupCache", "not_a_group"]
+__all__ = ["GroupCache", "is_mesh", "mesh_group", "not_a_group"]
 
 
 _SHOWN = 5  # ranks named at most in an error
@@ -41,6 +47,32 @@ def not_a_group(group: object) -> GroupArgumentError:
         "group must be None, a list of ranks or a group from distbridge.new_group(), "
         f"got {group!r}."
     )
+
+
+def mesh_group(mesh: Any, model_name: str, takes_meshes: bool) -> Any:
+    """The process group a one-dimensional DeviceMesh stands for as a ``group=`` argument.
+
+    Raises ValueError for a mesh of several dimensions, naming them, and TypeError on a model
+    whose groups are not torch.distributed process groups.
+    """
+    if not takes_meshes:
+        raise TypeError(
+            f"group={mesh!r} is a DeviceMesh, a torch.distributed group, but the active model "
+            f"is {model_name!r}: pass a list of ranks, or run on a torch.distributed backend "
+            "(gloo, nccl)."
+        )
+    if mesh.ndim != 1:
+        names = mesh.mesh_dim_names or tuple(range(mesh.ndim))
+        raise ValueError(
+            f"group= takes a DeviceMesh of one dimension, got one of {mesh.ndim} dimensions "
+            f"{tuple(names)}: pick one, e.g. group=mesh[{names[-1]!r}]."
+        )
+    return mesh.get_group()
+
+
+def is_mesh(group: object) -> bool:
+    """Whether ``group`` is a torch DeviceMesh."""
+    return DeviceMesh is not None and isinstance(group, DeviceMesh)
 
 
 class _Membership(enum.Enum):
@@ -68,6 +100,8 @@ class GroupCache:
             if len(group) == 0:  # as torch's and ignite's: a group no rank belongs to
                 return self.NOT_A_MEMBER
             resolved = self.get(group)
+        elif is_mesh(group):
+            resolved = self.get(group)
         else:
             self._model._check_group(group)
             resolved = group
@@ -77,7 +111,15 @@ class GroupCache:
 
     def get(self, ranks: Sequence[int], **kwargs: Any) -> Any:
         """The cached group of ``ranks`` with ``kwargs``, created on first use; ``[]`` for no
-        ranks (a group no rank belongs to: collectives on it give back their input)."""
+        ranks (a group no rank belongs to: collectives on it give back their input); the
+        group of a one-dimensional DeviceMesh is that mesh's own."""
+        if is_mesh(ranks):
+            if kwargs:
+                raise TypeError(
+                    f"new_group() of a DeviceMesh takes no options, got {sorted(kwargs)}: the "
+                    "mesh's group exists already."
+                )
+            return mesh_group(ranks, self._model.name, self._model.functional_collectives)
         key_ranks = self._validate(ranks)
         if not key_ranks:
             return []
@@ -89,6 +131,10 @@ class GroupCache:
         if key not in self._groups:
             self._groups[key] = self._model._make_group(key_ranks, **kwargs)
         return self._groups[key]
+
+    def cached(self, ranks: Sequence[int]) -> Any | None:
+        """The group of ``ranks`` made before without options, or None (creates nothing)."""
+        return self._groups.get((tuple(sorted(ranks)), ()))
 
     def clear(self) -> None:
         self._groups.clear()

@@ -50,6 +50,10 @@ class BackendPrimitives(ABC):
     #: does not gets the keywords it always got, and its workers' contexts are adopted.
     spawn_takes_activate: ClassVar[bool] = False
     uncarried_dtypes: ClassVar[frozenset[torch.dtype]] = frozenset()
+    #: Whether the groups are torch.distributed process groups that torch's functional
+    #: collectives take: inside torch.compile the tensor collectives then trace as those
+    #: (algorithms/traceable.py); other models run their eager path there.
+    functional_collectives: ClassVar[bool] = False
     reduce_ops: ClassVar[frozenset[str]] = frozenset(
         ("SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "AVG")
     )

@@ -19,7 +19,7 @@ from typing_extensions import Self
 
 from distbridge._types import Group
 from distbridge.algorithms import all_to_all as _all_to_all
-from distbridge.algorithms import byte_view, carriers, codec, values
+from distbridge.algorithms import byte_view, carriers, codec, traceable, values
 from distbridge.algorithms import object_collectives as objects
 from distbridge.algorithms import reduce_gather_scatter as extra
 from distbridge.algorithms.checks import check_dense, check_reducible, divide_, write_back
@@ -42,6 +42,7 @@ from distbridge.reliability.timed_barrier import (
 __all__ = ["NOT_A_MEMBER", "ComputationModel"]
 
 NOT_A_MEMBER: Final = GroupCache.NOT_A_MEMBER
+_compiling = torch.compiler.is_compiling  # True while torch.compile traces (Dynamo knows it)
 
 
 class ComputationModel(BackendPrimitives):
@@ -76,6 +77,8 @@ class ComputationModel(BackendPrimitives):
     @recorded("all_reduce", 0, 2)
     def all_reduce(self, x: Any, op: str = "SUM", group: Group | None = None) -> Any:
         """Reduce ``x`` across ranks; see ``distbridge.all_reduce``."""
+        if self.functional_collectives and _compiling() and isinstance(x, torch.Tensor):
+            return traceable.all_reduce(self, x, op, group)
         if self._debug:
             self._check_collective("all_reduce", group, x=x, op=op)
         if group is None and type(op) is str and isinstance(x, torch.Tensor):
@@ -119,6 +122,8 @@ class ComputationModel(BackendPrimitives):
     @recorded("all_gather", 0, 1)
     def all_gather(self, x: Any, group: Group | None = None) -> Any:
         """Gather ``x`` from every rank; see ``distbridge.all_gather``."""
+        if self.functional_collectives and _compiling() and isinstance(x, torch.Tensor):
+            return traceable.all_gather(self, x, group)
         if self._debug:
             self._check_collective("all_gather", group, x=x)
         resolved = self._groups.resolve(group)
@@ -136,6 +141,9 @@ class ComputationModel(BackendPrimitives):
         self, x: Any, src: int = 0, safe_mode: bool = False, group: Group | None = None
     ) -> Any:
         """Send ``x`` from rank ``src`` to every rank; see ``distbridge.broadcast``."""
+        traced = self.functional_collectives and _compiling()
+        if traced and isinstance(x, torch.Tensor) and not safe_mode:
+            return traceable.broadcast(self, x, src, group)
         if self._debug:
             self._check_collective("broadcast", group, x=x, src=src, safe_mode=safe_mode)
         resolved = self._groups.resolve(group)
@@ -210,6 +218,8 @@ class ComputationModel(BackendPrimitives):
     @recorded("reduce", 0, 3)
     def reduce(self, x: Any, dst: int = 0, op: str = "SUM", group: Group | None = None) -> Any:
         """Reduce onto ``dst``; see ``distbridge.reduce``."""
+        if self.functional_collectives and _compiling() and isinstance(x, torch.Tensor):
+            return traceable.reduce(self, x, dst, op, group)
         if self._debug:
             self._check_collective("reduce", group, x=x, dst=dst, op=op)
         return extra.reduce(self, x, dst, op, group)
@@ -219,6 +229,8 @@ class ComputationModel(BackendPrimitives):
         self, x: Any, dst: int = 0, group: Group | None = None, same_shape: bool = False
     ) -> list[Any]:
         """Collect every rank's ``x`` on ``dst``; see ``distbridge.gather``."""
+        if self.functional_collectives and _compiling() and isinstance(x, torch.Tensor):
+            return traceable.gather(self, x, dst, group)
         if self._debug:
             self._check_collective("gather", group, x=x, dst=dst, same_shape=same_shape)
         fast = group is None and same_shape is True and type(x) is torch.Tensor
@@ -233,6 +245,8 @@ class ComputationModel(BackendPrimitives):
         self, tensors: Any, src: int = 0, group: Group | None = None, out: Any = None
     ) -> Any:
         """Give rank r ``tensors[r]`` from ``src``; see ``distbridge.scatter``."""
+        if self.functional_collectives and _compiling():
+            return traceable.scatter(self, tensors, src, group, out)
         if self._debug:
             self._check_collective("scatter", group, x=tensors, src=src, out=out)
         if group is None and type(out) is torch.Tensor and self._fast_scatter.knows(out):
@@ -244,6 +258,8 @@ class ComputationModel(BackendPrimitives):
     @recorded("reduce_scatter", 0, 2)
     def reduce_scatter(self, tensor: Any, op: str = "SUM", group: Group | None = None) -> Any:
         """Reduce, then give rank r chunk r; see ``distbridge.reduce_scatter``."""
+        if self.functional_collectives and _compiling() and isinstance(tensor, torch.Tensor):
+            return traceable.reduce_scatter(self, tensor, op, group)
         if self._debug:
             self._check_collective("reduce_scatter", group, x=tensor, op=op)
         return extra.reduce_scatter(self, tensor, op, group)
@@ -253,6 +269,8 @@ class ComputationModel(BackendPrimitives):
         self, tensors: Any, group: Group | None = None, same_shape: bool = False
     ) -> list[torch.Tensor] | torch.Tensor:
         """Send ``tensors[j]`` to rank j; see ``distbridge.all_to_all``."""
+        if self.functional_collectives and _compiling():
+            return traceable.all_to_all(self, tensors, group)
         if self._debug:
             self._check_collective("all_to_all", group, x=tensors, same_shape=same_shape)
         if group is None and type(tensors) is torch.Tensor and type(same_shape) is bool:

@@ -39,6 +39,7 @@ CAPACITY_ENV_VAR: Final = "DISTBRIDGE_LEDGER_SIZE"
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _INSIDE: dict[str, bool] = {}  # file name -> whether it is distbridge's own (cached)
 _getframe = sys._getframe
+_compiling = torch.compiler.is_compiling  # Dynamo cannot trace frames: compiled calls go bare
 _Tensor = torch.Tensor
 
 Members = tuple[int, ...]
@@ -218,6 +219,8 @@ def recorded(op: str, x_at: int = 0, group_at: int = -1) -> Callable[[_Method], 
     def decorate(method: _Method) -> _Method:
         @functools.wraps(method)
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if _compiling():  # torch.compile traces the collective: nothing to record here
+                return method(self, *args, **kwargs)
             n = len(args)
             group = args[group_at] if -1 < group_at < n else kwargs.get("group")
             ledger = self.ledger

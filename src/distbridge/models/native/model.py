@@ -79,6 +79,7 @@ class NativeModel(LayoutQueries, ComputationModel):
     backends: ClassVar[tuple[str, ...]] = ("nccl", "gloo", "mpi")
     priority: ClassVar[int] = 0
     uncarried_dtypes: ClassVar[frozenset[torch.dtype]] = UNCARRIED_BY_C10D
+    functional_collectives: ClassVar[bool] = True
     spawn_options: ClassVar[tuple[str, ...]] = SPAWN_OPTIONS
     spawn_takes_activate: ClassVar[bool] = True
 

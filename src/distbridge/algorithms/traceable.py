@@ -1,0 +1,255 @@
+"""The tensor collectives as torch.compile traces them: torch's functional collectives.
+
+Inside a compiled region (``torch.compiler.is_compiling()``), a model whose groups are
+torch.distributed process groups (``ComputationModel.functional_collectives``) runs each
+tensor collective here: one functional collective each, no host sync, no shape exchange, so
+Dynamo traces it with ``fullgraph=True``. The answers are the eager path's: the same checks
+and errors, float MIN / MAX as IEEE's minimum / maximum through the same integer keys, the
+dtypes the backend lacks through the same carriers, AVG as a SUM and a division, complex
+PRODUCT folded in rank order, and in-place results written into the caller's tensor.
+
+What a compiled region cannot do is learn the other ranks' shapes: ``gather``, ``scatter``
+and ``all_to_all`` of a list take every chunk to have the shape of this rank's own (as
+``same_shape=True`` says in eager code), and ``scatter`` needs ``out=`` on every rank.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+
+from distbridge.algorithms import byte_view, carriers, codec
+from distbridge.algorithms.checks import check_dense, check_reducible, divide_
+from distbridge.algorithms.fold import fold
+from distbridge.algorithms.groups import GroupCache, is_mesh, mesh_group
+
+if TYPE_CHECKING:
+    from distbridge.models.base import ComputationModel
+
+__all__ = [
+    "all_gather",
+    "all_reduce",
+    "all_to_all",
+    "broadcast",
+    "gather",
+    "reduce",
+    "reduce_scatter",
+    "scatter",
+]
+
+_NOT_A_MEMBER = GroupCache.NOT_A_MEMBER
+#: canonical op -> the functional collectives' name for it
+_FUNCOL_OPS = {"SUM": "sum", "PRODUCT": "product", "MIN": "min", "MAX": "max",
+               "AND": "band", "OR": "bor", "AVG": "avg"}  # fmt: skip
+
+
+def _resolve(model: ComputationModel, group: Any) -> Any:
+    """``group`` as the eager path resolves it (None: the world; NOT_A_MEMBER), without
+    making a group: a compiled region cannot run ``new_group``, a collective of its own."""
+    if group is None:
+        return None
+    if is_mesh(group):
+        resolved = mesh_group(group, model.name, model.functional_collectives)
+    elif isinstance(group, (list, tuple, range)):
+        if len(group) == 0:  # a group no rank belongs to, as in eager code
+            return _NOT_A_MEMBER
+        resolved = model._groups.cached(group)
+        if resolved is None:
+            raise ValueError(
+                f"Inside torch.compile the group of ranks {list(group)!r} must exist already "
+                "(a compiled region cannot create one): call idist.new_group(ranks) once "
+                "before the compiled function runs."
+            )
+    else:
+        model._check_group(group)
+        resolved = group
+    return _NOT_A_MEMBER if model._group_rank(resolved) < 0 else resolved
+
+
+def _process_group(resolved: Any) -> Any:
+    """The process group a functional collective takes for a resolved ``group``."""
+    return dist.group.WORLD if resolved is None else resolved
+
+
+def _reduced(model: ComputationModel, work: torch.Tensor, name: str, resolved: Any) -> torch.Tensor:
+    """``work`` (in a dtype the backend carries) all-reduced with canonical ``name``, as the
+    eager ``_reduce_placed`` does."""
+    pg = _process_group(resolved)
+    if name == "PRODUCT" and work.is_complex():  # torch has no complex PRODUCT: fold, in order
+        rows = funcol.all_gather_tensor(work.reshape(1, -1), 0, pg)
+        return fold(rows, name).view(work.shape)
+    if work.dtype is torch.bool and name == "SUM":  # c10d adds bools as bytes
+        name = "MAX"
+    average = name == "AVG" and not model._native_avg()
+    sent = "SUM" if average else name
+    if work.is_complex():  # part by part, as c10d does
+        out = torch.view_as_complex(
+            funcol.all_reduce(torch.view_as_real(work), _FUNCOL_OPS[sent], pg).contiguous()
+        )
+    else:
+        out = funcol.all_reduce(work, _FUNCOL_OPS[sent], pg)
+    return divide_(out, model._group_size(resolved)) if average else out
+
+
+def _as_bytes(model: ComputationModel, dtype: torch.dtype) -> bool:
+    """Whether a tensor of ``dtype`` moves as its bytes: the backend lacks the dtype, or it is
+    complex (the functional all-to-all takes no complex tensors)."""
+    return dtype in model.uncarried_dtypes or dtype.is_complex
+
+
+def _bytes_if_uncarried(model: ComputationModel, x: torch.Tensor) -> torch.Tensor:
+    return byte_view.as_bytes(x) if _as_bytes(model, x.dtype) else x
+
+
+def _write(x: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        x.copy_(result)
+    return x
+
+
+def all_reduce(model: ComputationModel, x: torch.Tensor, op: str, group: Any) -> torch.Tensor:
+    """``all_reduce`` of a tensor inside a compiled region (in place, as eager)."""
+    name = codec.canonical_op(op, model.reduce_ops, model.name)
+    check_reducible(x, name)
+    resolved = _resolve(model, group)
+    if resolved is _NOT_A_MEMBER:
+        return x
+    work, back = carriers.reduction_carrier(x, name, model.uncarried_dtypes)
+    out = _reduced(model, work, name, resolved)
+    return _write(x, out if back is None else back(out))
+
+
+def reduce(model: ComputationModel, x: torch.Tensor, dst: int, op: str, group: Any) -> Any:
+    """``reduce`` inside a compiled region: an all-reduce whose answer only ``dst`` keeps."""
+    name = codec.canonical_op(op, model.reduce_ops, model.name)
+    check_reducible(x, name, "reduce")
+    resolved = _resolve(model, group)
+    model._check_root("dst", dst, resolved)
+    if resolved is _NOT_A_MEMBER:
+        return x
+    work, back = carriers.reduction_carrier(x, name, model.uncarried_dtypes)
+    out = _reduced(model, work, name, resolved)
+    if model.get_rank() != dst:
+        return x
+    return _write(x, out if back is None else back(out))
+
+
+def all_gather(model: ComputationModel, x: torch.Tensor, group: Any) -> torch.Tensor:
+    """``all_gather`` of a tensor inside a compiled region."""
+    check_dense(x, "all_gather")
+    resolved = _resolve(model, group)
+    if resolved is _NOT_A_MEMBER:
+        return x
+    x = x.unsqueeze(0) if x.dim() == 0 else x
+    size = model._group_size(resolved)
+    out = funcol.all_gather_tensor(_bytes_if_uncarried(model, x), 0, _process_group(resolved))
+    if _as_bytes(model, x.dtype):
+        out = byte_view.from_bytes(out, x.dtype, (size * x.shape[0], *x.shape[1:]))
+    return out
+
+
+def broadcast(model: ComputationModel, x: torch.Tensor, src: int, group: Any) -> torch.Tensor:
+    """``broadcast`` of a tensor inside a compiled region (in place on the receivers)."""
+    check_dense(x, "broadcast")
+    resolved = _resolve(model, group)
+    model._check_root("src", src, resolved)
+    if resolved is _NOT_A_MEMBER:
+        return x
+    root = src if resolved is None else dist.get_group_rank(resolved, src)
+    sent = _bytes_if_uncarried(model, x)
+    out = funcol.broadcast(sent, root, _process_group(resolved))
+    if model.get_rank() == src:
+        return x
+    if _as_bytes(model, x.dtype):
+        out = byte_view.from_bytes(out, x.dtype, tuple(x.shape))
+    return _write(x, out)
+
+
+def gather(model: ComputationModel, x: torch.Tensor, dst: int, group: Any) -> list[Any]:
+    """``gather`` inside a compiled region: every rank's tensor has ``x``'s shape."""
+    resolved = _resolve(model, group)
+    model._check_root("dst", dst, resolved)
+    if resolved is _NOT_A_MEMBER:
+        return []
+    rows = all_gather(model, x.unsqueeze(0), group)
+    return list(rows.unbind(0)) if model.get_rank() == dst else []
+
+
+def scatter(model: ComputationModel, tensors: Any, src: int, group: Any, out: Any) -> Any:
+    """``scatter`` inside a compiled region: chunk r of ``src``'s equal-shaped ``tensors`` to
+    group rank r, by one all-to-all in which only ``src`` sends."""
+    resolved = _resolve(model, group)
+    model._check_root("src", src, resolved)
+    if resolved is _NOT_A_MEMBER:
+        return None
+    size, is_src = model._group_size(resolved), model.get_rank() == src
+    if not isinstance(out, torch.Tensor):  # on every rank alike: no rank waits for another
+        raise ValueError(
+            "scatter inside torch.compile needs out= on every rank (a compiled region cannot "
+            f"exchange the shape first), got out={out!r}: pass "
+            "out=torch.empty(shape, dtype=dtype) on every rank."
+        )
+    like = out
+    if is_src and (not isinstance(tensors, (list, tuple)) or len(tensors) != size):
+        raise ValueError(
+            f"scatter needs a list of {size} tensors on the source rank, got {tensors!r}."
+        )
+    n = like.numel()
+    root = src if resolved is None else dist.get_group_rank(resolved, src)
+    if is_src:
+        sent = torch.cat([_bytes_if_uncarried(model, t.reshape(-1)) for t in tensors])
+    else:
+        sent = _bytes_if_uncarried(model, like.reshape(-1))[:0]
+    width = like.dtype.itemsize if _as_bytes(model, like.dtype) else 1
+    ins = [n * width] * size if is_src else [0] * size
+    outs = [n * width if j == root else 0 for j in range(size)]
+    got = funcol.all_to_all_single(sent, outs, ins, _process_group(resolved))
+    got = byte_view.from_bytes(got, like.dtype, tuple(like.shape)) if width > 1 else got
+    got = got.view(like.shape)
+    return _write(out, got)
+
+
+def reduce_scatter(model: ComputationModel, x: torch.Tensor, op: str, group: Any) -> Any:
+    """``reduce_scatter`` inside a compiled region: chunk r of the reduced ``x`` on rank r."""
+    name = codec.canonical_op(op, model.reduce_ops, model.name)
+    check_reducible(x, name, "reduce_scatter")
+    resolved = _resolve(model, group)
+    if resolved is _NOT_A_MEMBER:
+        return x
+    size = model._group_size(resolved)
+    if x.dim() == 0 or x.shape[0] % size:
+        raise ValueError(
+            f"reduce_scatter needs dim 0 to split into {size} equal chunks, got shape "
+            f"{tuple(x.shape)}."
+        )
+    work, back = carriers.reduction_carrier(x, name, model.uncarried_dtypes)
+    out = _reduced(model, work, name, resolved)  # one all-reduce: exact for every dtype and op
+    chunk = out.chunk(size)[model._group_rank(resolved)]
+    return (chunk if back is None else back(chunk)).clone()
+
+
+def all_to_all(
+    model: ComputationModel, tensors: Any, group: Any
+) -> list[torch.Tensor] | torch.Tensor:
+    """``all_to_all`` inside a compiled region: a tensor (dim 0 in equal chunks) or a list of
+    tensors of one shape, the chunks received having that shape too."""
+    resolved = _resolve(model, group)
+    single = isinstance(tensors, torch.Tensor)
+    if resolved is _NOT_A_MEMBER:
+        return tensors if single else list(tensors)
+    size = model._group_size(resolved)
+    x = tensors if single else torch.stack(list(tensors))
+    if single and (x.dim() == 0 or x.shape[0] % size):
+        raise ValueError(
+            f"all_to_all of one tensor needs dim 0 to split into {size} equal chunks, got "
+            f"shape {tuple(x.shape)}."
+        )
+    sent = _bytes_if_uncarried(model, x.contiguous())
+    got = funcol.all_to_all_single(sent, None, None, _process_group(resolved))
+    if _as_bytes(model, x.dtype):
+        got = byte_view.from_bytes(got, x.dtype, tuple(x.shape))
+    got = got.view(x.shape)
+    return got if single else list(got.unbind(0))
