@@ -101,7 +101,7 @@ class GroupCache:
                 return self.NOT_A_MEMBER
             resolved = self.get(group)
         elif is_mesh(group):
-            resolved = self.get(group)
+            resolved = self.get(group)  # type: ignore[arg-type]
         else:
             self._model._check_group(group)
             resolved = group
