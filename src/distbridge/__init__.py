@@ -47,6 +47,7 @@ from distbridge._collectives import (
 from distbridge._detectron2_launch import launch
 from distbridge._registry import RegisteredModels, registry
 from distbridge.auto import DistributedProxySampler, auto_dataloader, auto_model, auto_optim
+from distbridge.checkpoint import load_checkpoint, save_checkpoint
 from distbridge.diagnostics import dump_stacks
 from distbridge.errors import (
     BackendUnavailableError,
@@ -117,6 +118,8 @@ __all__ = [
     "auto_dataloader",
     "auto_model",
     "auto_optim",
+    "load_checkpoint",
+    "save_checkpoint",
     "available_backends",
     "average_across_processes",
     "backend",
