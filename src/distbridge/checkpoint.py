@@ -13,6 +13,8 @@ the same functions save and load the plain model's state dicts in the same forma
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,30 +65,42 @@ def full_state_dict(
 
 
 def save_checkpoint(
-    path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
+    path: str | Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> None:
-    """Write ``full_state_dict(model, optimizer)`` to ``path`` from rank 0; every rank calls it
-    and returns once the file is written.
+    """Write ``full_state_dict(model, optimizer)`` (and rank 0's ``extra``: epoch, loss, ...,
+    plain data) to ``path`` from rank 0; every rank calls it and returns once the file is
+    written. The file is written beside ``path`` and renamed, never left half-written.
 
     Note:
         Without a distributed context it writes the file (this process is rank 0).
     """
     state = full_state_dict(model, optimizer)
     if _api.get_rank() == 0:
-        torch.save(state, Path(path))
+        if extra is not None:
+            state["extra"] = dict(extra)
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")
+        torch.save(state, partial)
+        os.replace(partial, target)
     _collectives.barrier()
 
 
 def load_checkpoint(
     path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
-) -> None:
-    """Load a file of ``save_checkpoint`` into ``model`` (and ``optimizer``) on every rank.
+) -> dict[str, Any]:
+    """Load a file of ``save_checkpoint`` into ``model`` (and ``optimizer``) on every rank;
+    returns the ``extra`` it was saved with (``{}`` without), on every rank.
 
     Rank 0 reads the file (``torch.load(weights_only=True)``: tensors and plain data only)
     and the values reach the other ranks through the backend; each rank keeps its shard
     under FSDP2. Every rank calls it.
 
     Raises:
+        FileNotFoundError: there is no file at ``path`` (on every rank).
         ValueError: the file holds no optimizer state but ``optimizer`` was given.
     """
     from torch.distributed.checkpoint.state_dict import (
@@ -96,11 +110,18 @@ def load_checkpoint(
 
     model = _unwrapped(model)
     rank0 = _api.get_rank() == 0
+    found = broadcast_object(Path(path).is_file() if rank0 else None, src=0)
+    if not found:
+        raise FileNotFoundError(
+            f"load_checkpoint(): rank 0 finds no file at {str(path)!r}; pass the path "
+            "save_checkpoint wrote (rank 0 reads it)."
+        )
     state = torch.load(Path(path), map_location="cpu", weights_only=True) if rank0 else {}
     native = _native()
     if not native and _api.get_world_size() > 1:  # Horovod, XLA: rank 0's values, sent
         state = broadcast_object(state if rank0 else None, src=0)
-    has_optimizer = broadcast_object("optimizer" in state if rank0 else None, src=0)
+    meta = ("optimizer" in state, state.get("extra", {})) if rank0 else None
+    has_optimizer, extra = broadcast_object(meta, src=0)
     if optimizer is not None and not has_optimizer:
         raise ValueError(
             f"load_checkpoint({str(path)!r}) got an optimizer, but the file holds no optimizer "
@@ -110,6 +131,7 @@ def load_checkpoint(
     set_model_state_dict(model, state.get("model", {}), options=options)
     if optimizer is not None:
         set_optimizer_state_dict(model, optimizer, state.get("optimizer", {}), options=options)
+    return dict(extra)
 
 
 def _local_options() -> Any:
