@@ -28,7 +28,7 @@ class Training:
         torch.manual_seed(self.seed)
         layers: list[torch.nn.Module] = []
         for i, (n_in, n_out) in enumerate(zip(self.widths, self.widths[1:], strict=False)):
-            layers += [torch.nn.Linear(n_in, n_out)] + ([torch.nn.Tanh()] if i else [])
+            layers += ([torch.nn.Tanh()] if i else []) + [torch.nn.Linear(n_in, n_out)]
         return torch.nn.Sequential(*layers)
 
     def data(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -72,3 +72,25 @@ def train_sharded(_local_rank: int, run: Training, path: str) -> dict[str, objec
     state = full_state_dict(model)["model"]
     save_checkpoint(path, model, optimizer)
     return {"sharded": sharded, "state": state, "type": type(model).__name__}
+
+
+def stale_optimizer(_local_rank: int) -> dict[str, object]:
+    """An optimizer built before auto_model(strategy="fsdp") is refused; one built after is
+    returned as is. Also: the units fully_shard made, and the model's class."""
+    from torch.distributed.fsdp import FSDPModule
+
+    model = Training(widths=(3, 4, 2), batch=2, optimizer="SGD", lr=0.1, steps=1, seed=0).model()
+    early = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = idist.auto_model(model, strategy="fsdp")
+    try:
+        idist.auto_optim(early)
+        refused = ""
+    except ValueError as err:
+        refused = str(err)
+    late = torch.optim.SGD(model.parameters(), lr=0.1)
+    return {
+        "refused": refused,
+        "late_kept": idist.auto_optim(late) is late,
+        "units": [name for name, m in model.named_modules() if isinstance(m, FSDPModule)],
+        "world": idist.get_world_size(),
+    }

@@ -57,7 +57,7 @@ def _check(run: Training, world: int, folder: Path) -> None:
 @pytest.mark.parametrize("world", [2, 4])
 def test_fsdp_steps_equal_one_process_on_the_whole_batch(world: int, tmp_path: Path) -> None:
     @settings(
-        max_examples=4 if world == 2 else 2,
+        max_examples=6 if world == 2 else 4,
         deadline=None,
         derandomize=True,
         suppress_health_check=[HealthCheck.function_scoped_fixture],
@@ -72,3 +72,13 @@ def test_fsdp_steps_equal_one_process_on_the_whole_batch(world: int, tmp_path: P
         f"\nFSDP2 on {world} gloo ranks: max abs diff {max(MAX_DIFF):.3g} "
         f"over {len(MAX_DIFF)} tensors"
     )
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_an_optimizer_built_before_sharding_is_refused(world: int) -> None:
+    for result in warm.call(fsdp_targets.stale_optimizer, world_size=world):
+        assert result["world"] == world
+        assert "replaced with sharded ones" in str(result["refused"])
+        assert "4 parameter(s)" in str(result["refused"])
+        assert result["late_kept"]
+        assert result["units"] == ["", "0", "2"], "the root and each child with parameters"

@@ -290,7 +290,8 @@ def join_job(
     world_size: int | None,
 ) -> Layout:
     """Create the default process group the way this process was launched, and return this
-    process's place in the job; with NCCL, make ``cuda:<local rank>`` the current device.
+    process's place in the job; with NCCL (XCCL), make ``cuda:<local rank>`` (``xpu:...``)
+    the current device, bound at start-up where the local rank is known before.
 
     Raises:
         DistributedError: as ``init_process_group``, or NCCL without a GPU for this process
@@ -321,5 +322,6 @@ def join_job(
         except DistributedError:
             dist.destroy_process_group()
             raise
-        torch.cuda.set_device(layout.local_rank)
+    if not takes_cpu_tensors(backend):  # NCCL, XCCL: this rank's device is the current one
+        _set_current(torch.device(backend_device_types(backend)[0], layout.local_rank))
     return layout
