@@ -80,6 +80,16 @@ def examples(session: nox.Session) -> None:
     session.run("python", "examples/quickstart.py", "--nproc", "2")
     session.run("python", "examples/train_mlp.py", "--epochs", "2", "--checkpoint", checkpoint)
     session.run("python", "examples/train_mlp.py", "--resume", "--checkpoint", checkpoint)
+    fsdp = (
+        "--strategy",
+        "fsdp",
+        "--compile",
+        "--epochs",
+        "1",
+        "--checkpoint",
+        f"{checkpoint}.fsdp",
+    )
+    session.run("python", "examples/train_mlp.py", *fsdp)
     second = ("--checkpoint", f"{checkpoint}.torchrun")
     session.run(*torchrun, "examples/train_mlp.py", "--launcher", "torchrun", *second)
     session.run("python", "examples/evaluate.py", "--checkpoint", checkpoint)

@@ -9,6 +9,8 @@ How to run it (CPU, gloo, 2 processes by default; well under a minute on 2 cores
     horovodrun -np 2 python examples/train_mlp.py --launcher horovodrun   # needs Horovod
     python examples/train_mlp.py --launcher serial      # one process, no distributed context
     python examples/train_mlp.py --epochs 1 --telemetry # and rank 0's table of collectives
+    python examples/train_mlp.py --strategy fsdp        # FSDP2: parameters sharded over ranks
+    python examples/train_mlp.py --strategy fsdp --compile   # and the model's forward compiled
 
 The same ``training`` function runs in every case: ``idist.Parallel`` spawns the workers
 (``--launcher spawn``), initializes the context a launcher prepared (torchrun: ``gloo`` or
@@ -16,9 +18,13 @@ The same ``training`` function runs in every case: ``idist.Parallel`` spawns the
 
 ``--batch-size`` is the GLOBAL batch size: auto_dataloader gives each of the W processes
 ``batch_size // W`` samples per step. A progress bar (tqdm, when installed) or one line
-per epoch is shown by rank 0 only. Rank 0 writes ``--checkpoint`` after every epoch;
-``--resume`` reads it on rank 0, sends it to the other ranks with ``broadcast_object`` (no
-shared file system needed) and continues with the epoch after the saved one.
+per epoch is shown by rank 0 only. ``idist.save_checkpoint`` writes ``--checkpoint`` from
+rank 0 after every epoch (full state dicts, gathered from the shards under FSDP2);
+``--resume`` reads it with ``idist.load_checkpoint`` on rank 0, which sends it to the other
+ranks (no shared file system needed), and continues with the epoch after the saved one. A
+checkpoint of either strategy resumes under the other.
+``--strategy fsdp`` shards the model with FSDP2 (``auto_model(model, strategy="fsdp")``);
+``--compile`` runs the model through ``torch.compile`` (a C++ compiler is needed on the CPU).
 ``--telemetry`` records every collective of the training on each rank (the facade's and
 DDP's gradient all-reduces, `distbridge.testing.telemetry`) and prints rank 0's table.
 """
@@ -26,7 +32,6 @@ DDP's gradient all-reduces, `distbridge.testing.telemetry`) and prints rank 0's 
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -63,35 +68,6 @@ def make_model() -> nn.Module:
     return nn.Sequential(nn.Linear(FEATURES, 64), nn.ReLU(), nn.Linear(64, CLASSES))
 
 
-def unwrap(model: nn.Module) -> nn.Module:
-    """The user's module inside a DistributedDataParallel (or DataParallel) wrapper."""
-    return model.module if idist.is_module_wrapper(model) else model  # type: ignore[return-value]
-
-
-@idist.one_rank_only(with_barrier=True)  # rank 0 writes; everyone waits until it is written
-def save_checkpoint(path: Path, model: nn.Module, optimizer: Any, epoch: int, loss: float) -> None:
-    state = {
-        "model": unwrap(model).state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "epoch": epoch,
-        "loss": loss,
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)  # never a half-written checkpoint
-
-
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Rank 0 reads the file; every rank gets its contents (the others need no access to it)."""
-    state = None
-    if idist.is_main_process():
-        if not path.exists():
-            raise FileNotFoundError(f"--resume: no checkpoint at {path}; train without --resume.")
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    return idist.broadcast_object(state, src=0)
-
-
 def training(local_rank: int, config: dict[str, Any]) -> dict[str, Any]:
     if not config.get("telemetry"):
         return train(config, None)
@@ -114,21 +90,20 @@ def train(config: dict[str, Any], recording: telemetry.Recording | None) -> dict
         )
 
     loader = idist.auto_dataloader(make_dataset(), batch_size=config["batch_size"], shuffle=True)
-    model = idist.auto_model(make_model())
-    if recording is not None and isinstance(model, nn.parallel.DistributedDataParallel):
-        recording.watch_ddp(model)
-    optimizer = idist.auto_optim(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    net = idist.auto_model(make_model(), strategy=config["strategy"])
+    if recording is not None and isinstance(net, nn.parallel.DistributedDataParallel):
+        recording.watch_ddp(net)
+    optimizer = idist.auto_optim(torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9))
+    model = torch.compile(net) if config["compile"] else net  # checkpoints hold net's names
     criterion = nn.CrossEntropyLoss()
 
     start = 1
     checkpoint = Path(config["checkpoint"])
     if config["resume"]:
-        state = load_checkpoint(checkpoint)
-        unwrap(model).load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        start = state["epoch"] + 1
+        saved = idist.load_checkpoint(checkpoint, net, optimizer)  # rank 0 reads, sends
+        start = saved["epoch"] + 1
         if main:
-            print(f"resumed from epoch {state['epoch']} (loss {state['loss']:.4f})", flush=True)
+            print(f"resumed from epoch {saved['epoch']} (loss {saved['loss']:.4f})", flush=True)
 
     device = idist.device()
     loss_value = float("nan")
@@ -161,7 +136,9 @@ def train(config: dict[str, Any], recording: telemetry.Recording | None) -> dict
                 f"{time.perf_counter() - started:.1f} s",
                 flush=True,
             )
-        save_checkpoint(checkpoint, model, optimizer, epoch, loss_value)
+        idist.save_checkpoint(
+            checkpoint, net, optimizer, extra={"epoch": epoch, "loss": loss_value}
+        )
 
     if main and start <= config["epochs"]:
         print(f"checkpoint: {checkpoint}", flush=True)
@@ -189,6 +166,10 @@ def main() -> None:
     parser.add_argument(
         "--telemetry", action="store_true", help="print rank 0's table of collectives"
     )
+    parser.add_argument(
+        "--strategy", choices=["ddp", "fsdp"], default="ddp", help="auto_model's strategy"
+    )
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     args = parser.parse_args()
 
     config = {
@@ -197,6 +178,8 @@ def main() -> None:
         "checkpoint": str(args.checkpoint),
         "resume": args.resume,
         "telemetry": args.telemetry,
+        "strategy": args.strategy,
+        "compile": args.compile,
     }
     backend = args.backend or ("horovod" if args.launcher == "horovodrun" else "gloo")
     if args.launcher == "spawn":

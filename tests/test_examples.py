@@ -85,6 +85,25 @@ def test_train_mlp_checkpoint_resume_and_torchrun(tmp_path: Path) -> None:
     assert float(found.group(1)) > 0.85  # the trained weights, not a fresh init (about 0.25)
 
 
+@pytest.mark.timeout(600)
+def test_train_mlp_fsdp_compiled_resumes_under_ddp(tmp_path: Path) -> None:
+    """FSDP2 and a compiled model on 2 gloo ranks: its first epoch's loss is DDP's (the same
+    data, seed and averaged gradients), and its checkpoint resumes under DDP."""
+    script = EXAMPLES / "train_mlp.py"
+    checkpoint = tmp_path / "fsdp.pt"
+    fsdp = run(
+        sys.executable, script, "--strategy", "fsdp", "--compile", "--epochs", "1",
+        "--checkpoint", checkpoint, timeout=400,
+    )  # fmt: skip
+    assert "native-dist backend=gloo world=2" in fsdp
+    ddp = run(sys.executable, script, "--epochs", "1", "--checkpoint", tmp_path / "ddp.pt")
+    assert epoch_losses(fsdp)[1] == pytest.approx(epoch_losses(ddp)[1], abs=2e-3)
+
+    resumed = run(sys.executable, script, "--epochs", "2", "--checkpoint", checkpoint, "--resume")
+    assert "resumed from epoch 1" in resumed
+    assert epoch_losses(resumed)[2] < epoch_losses(fsdp)[1]  # it goes on learning
+
+
 def test_evaluate_spawn() -> None:
     out = run(sys.executable, EXAMPLES / "evaluate.py")
     assert "1001 predictions gathered from 2 rank(s) equal the single-process evaluation" in out

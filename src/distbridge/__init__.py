@@ -47,6 +47,7 @@ from distbridge._collectives import (
 from distbridge._detectron2_launch import launch
 from distbridge._registry import RegisteredModels, registry
 from distbridge.auto import DistributedProxySampler, auto_dataloader, auto_model, auto_optim
+from distbridge.checkpoint import load_checkpoint, save_checkpoint
 from distbridge.diagnostics import dump_stacks
 from distbridge.errors import (
     BackendUnavailableError,
@@ -151,6 +152,7 @@ __all__ = [
     "is_main_process",
     "is_module_wrapper",
     "launch",
+    "load_checkpoint",
     "model_name",
     "new_group",
     "one_rank_first",
@@ -161,6 +163,7 @@ __all__ = [
     "reduce_scatter",
     "registered_computation_models",
     "registry",
+    "save_checkpoint",
     "scatter",
     "scatter_object",
     "set_local_rank",

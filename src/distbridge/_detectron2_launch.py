@@ -8,9 +8,8 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlparse
 
-import torch
-
 from distbridge import _api
+from distbridge.models._accelerator import default_backend
 
 __all__ = ["DEFAULT_TIMEOUT", "launch"]
 
@@ -73,7 +72,7 @@ def launch(
         raise ValueError(
             f"dist_url={dist_url!r} is not 'auto', 'tcp://host:port' or 'file:///path'."
         )
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    backend = default_backend()  # detectron2's: NCCL on CUDA, else gloo (XCCL on XPU, ...)
     return _api.spawn(
         backend,
         _WithoutRank(main_func),

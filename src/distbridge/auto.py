@@ -21,13 +21,31 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 from torch.utils.data.distributed import DistributedSampler
 
 from distbridge import _api
+from distbridge._sharding import (
+    ShardModules,
+    check_shard_options,
+    chosen_submodules,
+    fully_shard_model,
+    was_replaced,
+)
 from distbridge.errors import DistributedError
 
 __all__ = ["DistributedProxySampler", "auto_dataloader", "auto_model", "auto_optim"]
 
+_STRATEGIES = ("ddp", "fsdp")
 
-def auto_model(model: torch.nn.Module, sync_bn: bool = False, **kwargs: Any) -> torch.nn.Module:
+
+def auto_model(
+    model: torch.nn.Module,
+    sync_bn: bool = False,
+    *,
+    strategy: str = "ddp",
+    shard_modules: ShardModules | None = None,
+    **kwargs: Any,
+) -> torch.nn.Module:
     """Move ``model`` to ``device()`` and wrap it for the active backend.
+
+    With ``strategy="ddp"`` (the default, ignite's behaviour):
 
     - native with several processes: ``DistributedDataParallel`` (``device_ids`` set on CUDA),
       after converting BatchNorm to SyncBatchNorm when ``sync_bn=True``;
@@ -35,14 +53,39 @@ def auto_model(model: torch.nn.Module, sync_bn: bool = False, **kwargs: Any) -> 
       ``auto_optim``'s optimizer);
     - XLA and a world of one: the model on the device, unwrapped.
 
+    With ``strategy="fsdp"`` on a native backend, FSDP2: ``fully_shard`` on each submodule of
+    ``shard_modules`` (deepest first), then on the model, so parameters become DTensors sharded
+    across the ranks (a world of one too). Without a distributed context the model is returned
+    unwrapped, as with DDP; Horovod and XLA cannot run FSDP2 and raise. Build the optimizer
+    from the returned model's parameters (``auto_optim`` refuses one built before).
+
     Args:
         model: the model to distribute.
         sync_bn: convert BatchNorm layers to SyncBatchNorm (native backends only).
-        kwargs: passed to DistributedDataParallel; ``data_parallel=True`` asks for
-            ``torch.nn.DataParallel`` over every visible GPU when there is no distributed
-            context (never applied without being asked, unlike ignite).
+        strategy: "ddp" (DistributedDataParallel) or "fsdp" (FSDP2's ``fully_shard``).
+        shard_modules: with "fsdp", the submodules sharded as units of their own: None for
+            the model's children that hold parameters, a module class or tuple of classes
+            (e.g. your transformer block) for every submodule of that class, or the modules
+            (a list, or a ModuleList for its items).
+        kwargs: passed to DistributedDataParallel ("ddp") or to every ``fully_shard`` call
+            ("fsdp": ``mesh``, ``reshard_after_forward``, ``mp_policy``, ``offload_policy``,
+            ...). With "ddp", ``data_parallel=True`` asks for ``torch.nn.DataParallel`` over
+            every visible GPU when there is no distributed context (never applied without
+            being asked, unlike ignite).
     """
     _require_context("auto_model")
+    if strategy not in _STRATEGIES:
+        raise ValueError(
+            f"auto_model() got strategy={strategy!r}; the strategies are "
+            f"{', '.join(map(repr, _STRATEGIES))}: pass one of them."
+        )
+    if strategy == "fsdp":
+        return _auto_fsdp(model, sync_bn, shard_modules, kwargs)
+    if shard_modules is not None:
+        raise TypeError(
+            "auto_model() got shard_modules with strategy='ddp'; it chooses FSDP2's units: "
+            "pass strategy='fsdp' with it, or drop it."
+        )
     data_parallel = bool(kwargs.pop("data_parallel", False))
     device = _api.device()
     model = model.to(device)
@@ -67,14 +110,49 @@ def auto_model(model: torch.nn.Module, sync_bn: bool = False, **kwargs: Any) -> 
     return model
 
 
+def _auto_fsdp(
+    model: torch.nn.Module,
+    sync_bn: bool,
+    shard_modules: ShardModules | None,
+    kwargs: dict[str, Any],
+) -> torch.nn.Module:
+    """auto_model's FSDP2 branch: refuse models without torch.distributed, then shard."""
+    model_name = _api.model_name()
+    if model_name not in ("native-dist", "serial"):
+        raise DistributedError(
+            f"auto_model(strategy='fsdp') shards with torch.distributed's FSDP2, which the "
+            f"active model {model_name!r} cannot run; use strategy='ddp' (the default) there."
+        )
+    check_shard_options(kwargs)
+    chosen_submodules(model, shard_modules)  # the same errors without a context
+    model = model.to(_api.device())
+    if model_name == "serial":
+        return model
+    if sync_bn:
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)  # type: ignore[no-untyped-call]
+    return fully_shard_model(model, shard_modules, kwargs)
+
+
 def auto_optim(optimizer: torch.optim.Optimizer, **kwargs: Any) -> torch.optim.Optimizer:
     """Adapt ``optimizer`` to the active backend.
 
     - Horovod: ``hvd.DistributedOptimizer(optimizer, **kwargs)`` with its state broadcast
       from rank 0;
     - XLA: ``step()`` goes through ``xm.optimizer_step`` (reduces gradients across replicas);
-    - otherwise the optimizer is returned unchanged (DDP reduces the gradients).
+    - otherwise the optimizer is returned unchanged (DDP reduces the gradients; FSDP2's
+      sharded parameters are DTensors that torch's optimizers step as they are).
+
+    Raises:
+        ValueError: the optimizer holds parameters that ``auto_model(strategy="fsdp")``
+            replaced with sharded ones (it was built before ``auto_model``).
     """
+    stale = [p for group in optimizer.param_groups for p in group["params"] if was_replaced(p)]
+    if stale:
+        raise ValueError(
+            f"auto_optim() got an optimizer over {len(stale)} parameter(s) that "
+            "auto_model(strategy='fsdp') replaced with sharded ones, so stepping it would not "
+            "train the model; build the optimizer from the returned model's parameters()."
+        )
     model_name = _api.model_name()
     if model_name == "horovod-dist":
         import horovod.torch as hvd

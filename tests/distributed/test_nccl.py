@@ -203,3 +203,18 @@ def test_a_lingering_rank_on_nccl(tmp_path: Path) -> None:
     assert proc.returncode != 0
     seconds = targets.check_peers(tmp_path, "ValueError: rank 1 gives up", "all_reduce", 5.0, 5.0)
     print(f"\nFAULT NCCL torchrun, rank 1 raises, thread lingers: PeerFailed after {seconds} s")
+
+
+def _bound_device(_local_rank: int) -> tuple[str, str, str]:
+    """The device NCCL bound at initialize (``device_id``), idist.device() and torch's current."""
+    from torch.distributed import distributed_c10d as c10d
+
+    bound = c10d._get_default_group().bound_device_id
+    return str(bound), str(idist.device()), f"cuda:{torch.cuda.current_device()}"
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_initialize_binds_each_rank_s_gpu_at_start_up(world_size: int) -> None:
+    results = run_distributed(_bound_device, backend="nccl", world_size=world_size, timeout=180)
+    for rank, (bound, device, current) in enumerate(results):
+        assert bound == device == current == f"cuda:{rank}"

@@ -24,6 +24,7 @@ import distbridge
 from distbridge import environments
 from distbridge._registry import registry
 from distbridge.cli._format import format_info
+from distbridge.models import _accelerator
 
 __all__ = ["SCHEMA_VERSION", "collect", "default_backend", "main"]
 
@@ -57,8 +58,9 @@ _LAUNCH_FIELDS = (
 
 
 def default_backend() -> str:
-    """The backend the CLI uses when none is given: "nccl" with a CUDA GPU, else "gloo"."""
-    return "nccl" if torch.cuda.is_available() else "gloo"
+    """The backend the CLI uses when none is given: torch's default for this process's
+    accelerator ("nccl" on CUDA, "xccl" on XPU, ...), else "gloo"."""
+    return _accelerator.default_backend()
 
 
 def main(as_json: bool) -> int:

@@ -40,14 +40,15 @@ class Layout:
             raise ValueError(f"A local rank must be an int >= 0, got {index!r}.")
         return replace(self, local_rank=index)
 
-    def device(self, gpus: int, *, gpu_required: bool = False) -> torch.device:
-        """The device this process computes on, given the ``gpus`` it sees: as in ignite,
-        ``cuda:<local rank>`` where CUDA is, but only where every process of the node has a
-        GPU of its own (or the backend needs one, as NCCL does); else the CPU. Every rank of
-        a node decides alike, so no collective mixes CUDA and CPU tensors (DDP and gloo hang
-        on that, Horovod refuses it)."""
+    def device(self, gpus: int, *, gpu_required: bool = False, kind: str = "cuda") -> torch.device:
+        """The device this process computes on, given the ``gpus`` (accelerator devices of
+        type ``kind``) it sees: as in ignite, ``<kind>:<local rank>`` where an accelerator
+        is, but only where every process of the node has a device of its own (or the
+        backend needs one, as NCCL does); else the CPU. Every rank of a node decides alike,
+        so no collective mixes accelerator and CPU tensors (DDP and gloo hang on that,
+        Horovod refuses it)."""
         if gpus > 0 and (gpu_required or self.nproc_per_node <= gpus):
-            return torch.device("cuda", self.local_rank)
+            return torch.device(kind, self.local_rank)
         return _CPU
 
 
@@ -92,10 +93,11 @@ class LayoutQueries:
         return self._device
 
     def set_local_rank(self, index: int) -> None:
-        """Take ``index`` as the local rank (and ``cuda:<index>`` as the device on CUDA)."""
+        """Take ``index`` as the local rank (and ``<accelerator>:<index>`` as the device on
+        an accelerator)."""
         self._layout = self._layout.with_local_rank(index)
-        if self._device.type == "cuda":
-            self._device = torch.device(f"cuda:{index}")
+        if self._device.type != "cpu":
+            self._device = torch.device(self._device.type, index)
 
 
 @overload

@@ -26,6 +26,7 @@ from distbridge import environments
 from distbridge._types import SpawnResult
 from distbridge.algorithms.groups import not_a_group
 from distbridge.errors import DistributedError
+from distbridge.models._accelerator import local_device
 from distbridge.models._layout import Layout, layout_from_env
 from distbridge.models.base import ComputationModel
 from distbridge.models.native.checks import check_group_options
@@ -96,10 +97,9 @@ class SerialModel(ComputationModel):
         up to date); while none of them finds a context, this model stays current."""
         super().__init__()
         self._watch = watch if watch is not None else _NoProbes()
-        # As in ignite, CUDA when a GPU is visible, even without a distributed context; with
-        # its index, so that it equals a tensor's device (cuda:0 != cuda).
-        cuda = torch.cuda.is_available()
-        self._device = torch.device("cuda", torch.cuda.current_device()) if cuda else _CPU
+        # As in ignite, the accelerator (CUDA, XPU, ...) when one is visible, even without a
+        # distributed context; with its index, so that it equals a tensor's device.
+        self._device = local_device()
         layout, refusal = _launched()
         # Plain attributes: get_rank() is on logging's hot path.
         self._rank, self._world_size = layout.rank, layout.world_size

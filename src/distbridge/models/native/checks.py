@@ -32,6 +32,11 @@ def backend_problem(backend: str) -> str | None:
             )
         if not torch.cuda.is_available():
             return "NCCL needs a CUDA GPU and torch.cuda.is_available() is False here; use 'gloo'"
+    if backend == "xccl" and not getattr(dist, "is_xccl_available", lambda: False)():
+        return (
+            "this torch build has no XCCL (torch.distributed.is_xccl_available() is False); "
+            "XCCL runs on Intel GPUs with an XPU build of torch. Use 'gloo'"
+        )
     if backend == "mpi" and not dist.is_mpi_available():
         return (
             "torch was built without MPI (torch.distributed.is_mpi_available() is False; "

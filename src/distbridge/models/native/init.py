@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from datetime import timedelta
 from typing import Any
@@ -15,6 +16,7 @@ from torch.distributed import distributed_c10d as _c10d
 from distbridge import environments
 from distbridge.environments import LaunchEnvironment
 from distbridge.errors import DistributedError
+from distbridge.models._accelerator import backend_device_types, takes_cpu_tensors
 from distbridge.models._layout import (
     Layout,
     layout_from_env,
@@ -25,9 +27,11 @@ from distbridge.models._layout import (
 
 __all__ = [
     "as_timeout",
+    "bound_device",
     "check_nccl_gpus",
     "init_process_group",
     "join_job",
+    "known_local_rank",
     "nccl_gpu_problem",
     "rendezvous_address",
 ]
@@ -50,8 +54,10 @@ def init_process_group(
     init_method: str | None,
     rank: int | None,
     world_size: int | None,
+    device_id: torch.device | None = None,
 ) -> None:
-    """Call ``torch.distributed.init_process_group`` the way this process was launched.
+    """Call ``torch.distributed.init_process_group`` the way this process was launched
+    (with ``device_id``, when given, so that NCCL binds this rank's GPU at start-up).
 
     - explicit ``init_method`` / ``rank`` / ``world_size``: passed through;
     - torchrun or ``distbridge.spawn`` (torchelastic variables): ``env://``, or a client of
@@ -66,6 +72,8 @@ def init_process_group(
             export for this launcher), the port is taken, or rank 0's store cannot be reached.
     """
     extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+    if device_id is not None:
+        extra["device_id"] = device_id
     launch = environments.detect()
     if init_method is not None or rank is not None or world_size is not None:
         _explicit_init(backend, extra, init_method or "env://", rank, world_size, launch)
@@ -152,6 +160,35 @@ def _explicit_init(
             f"(init_method={init_method!r}): {str(err).rstrip('.')}. Start every rank with the "
             "same init_method and world_size, and check that the address is reachable."
         ) from err
+
+
+def known_local_rank(launch: LaunchEnvironment | None, *, explicit: bool) -> int | None:
+    """This process's local rank before the rendezvous: the launcher's, 0 without a launcher
+    (a world of one); None when only the peers can tell (explicit init arguments, or a
+    launcher that does not say)."""
+    if explicit:
+        return None
+    return 0 if launch is None else launch.local_rank
+
+
+def bound_device(backend: str, local_rank: int | None) -> torch.device | None:
+    """The ``device_id`` for ``init_process_group``: ``<accelerator>:<local rank>`` when
+    ``backend`` communicates accelerator tensors only (NCCL: ``cuda``, XCCL: ``xpu``) and the
+    local rank is known before the rendezvous, so that the communicator binds its device at
+    start-up and its errors surface in ``initialize``; None otherwise (torch binds lazily)."""
+    if local_rank is None or takes_cpu_tensors(backend):
+        return None
+    if "device_id" not in inspect.signature(dist.init_process_group).parameters:
+        return None  # torch < 2.3
+    return torch.device(backend_device_types(backend)[0], local_rank)
+
+
+def _set_current(device: torch.device) -> None:
+    """Make ``device`` this process's current accelerator device."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    elif hasattr(torch, "accelerator"):
+        torch.accelerator.set_device_index(device.index)
 
 
 def rendezvous_address(launch: LaunchEnvironment) -> tuple[str, int]:
@@ -332,7 +369,8 @@ def join_job(
     world_size: int | None,
 ) -> Layout:
     """Create the default process group the way this process was launched, and return this
-    process's place in the job; with NCCL, make ``cuda:<local rank>`` the current device.
+    process's place in the job; with NCCL (XCCL), make ``cuda:<local rank>`` (``xpu:...``)
+    the current device, bound at start-up where the local rank is known before.
 
     Raises:
         DistributedError: as ``init_process_group``, or NCCL without a GPU for this process
@@ -342,8 +380,16 @@ def join_job(
     explicit = init_method is not None or rank is not None or world_size is not None
     if backend == "nccl" and launch is not None and not explicit:
         check_nccl_gpus(launch.local_world_size, launch.local_rank)  # before the peers wait
+    device = bound_device(backend, known_local_rank(launch, explicit=explicit))
+    if device is not None:
+        _set_current(device)
     init_process_group(
-        backend, timeout=timeout, init_method=init_method, rank=rank, world_size=world_size
+        backend,
+        timeout=timeout,
+        init_method=init_method,
+        rank=rank,
+        world_size=world_size,
+        device_id=device,
     )
     rank, world = dist.get_rank(), dist.get_world_size()
     layout = layout_from_env(launch, rank, world, guess=False)
@@ -355,5 +401,6 @@ def join_job(
         except DistributedError:
             dist.destroy_process_group()
             raise
-        torch.cuda.set_device(layout.local_rank)
+    if not takes_cpu_tensors(backend):  # NCCL, XCCL: this rank's device is the current one
+        _set_current(torch.device(backend_device_types(backend)[0], layout.local_rank))
     return layout

@@ -24,13 +24,19 @@ from distbridge.algorithms.fold import all_reduce_by_fold
 from distbridge.algorithms.groups import not_a_group
 from distbridge.errors import BackendUnavailableError, DistributedError
 from distbridge.launch.native import spawn_native
+from distbridge.models._accelerator import (
+    accelerator_count,
+    accelerator_type,
+    backend_device_types,
+    registered_backends,
+    takes_cpu_tensors,
+)
 from distbridge.models._default_group import default_pg as _default_pg
 from distbridge.models._layout import (
     Layout,
     LayoutQueries,
     export_layout,
     layout_from_env,
-    visible_gpus,
 )
 from distbridge.models.base import ComputationModel
 from distbridge.models.native import ops
@@ -64,19 +70,46 @@ SPAWN_OPTIONS = (
 
 
 def _backend_of(pg: Any) -> str | None:
-    """ "gloo", "nccl" or "mpi" for a process group of this model; None for others (e.g. xla)."""
+    """The backend ("gloo", "nccl", a registered one, ...) of a process group of this model;
+    None for others (e.g. xla)."""
     name = str(dist.get_backend(pg)).lower()
-    for backend in NativeModel.backends:
+    backends = native_backends()
+    if name in backends:
+        return name
+    for backend in backends:  # a name that holds it, e.g. a device map "cuda:nccl"
         if backend in name:
             return backend
     return None
+
+
+class _NativeBackends:
+    """``NativeModel.backends``, read when asked: torch's nccl, gloo, mpi (and xccl where
+    torch has it), then any backend registered with ``Backend.register_backend`` since."""
+
+    def __get__(self, instance: object, owner: type) -> tuple[str, ...]:
+        return native_backends()
+
+
+def native_backends() -> tuple[str, ...]:
+    """The backends the native model runs now: built-in, then registered ones."""
+    built_in = ("nccl", "gloo", "mpi", "xccl") if hasattr(dist, "is_xccl_available") else ()
+    return (*(built_in or ("nccl", "gloo", "mpi")), *registered_backends())
+
+
+def _device_for(backend: str, layout: Layout) -> torch.device:
+    """This rank's accelerator where ``backend`` takes its tensors (or needs one, as NCCL
+    does), else the CPU: gloo on a CUDA machine computes on CUDA, on an XPU one on the CPU."""
+    kind = accelerator_type()
+    usable = kind is not None and kind in backend_device_types(backend)
+    count = accelerator_count() if usable else 0
+    return layout.device(count, gpu_required=not takes_cpu_tensors(backend), kind=kind or "cuda")
 
 
 class NativeModel(LayoutQueries, ComputationModel):
     """torch.distributed: nccl, gloo or mpi."""
 
     name: ClassVar[str] = "native-dist"
-    backends: ClassVar[tuple[str, ...]] = ("nccl", "gloo", "mpi")
+    backends: ClassVar[tuple[str, ...]] = _NativeBackends()  # type: ignore[assignment]
     priority: ClassVar[int] = 0
     uncarried_dtypes: ClassVar[frozenset[torch.dtype]] = UNCARRIED_BY_C10D
     functional_collectives: ClassVar[bool] = True
@@ -103,7 +136,9 @@ class NativeModel(LayoutQueries, ComputationModel):
         self._connections = connections or Connections()  # cut when this rank fails
         self._watch: FailureWatch | None = None  # learns of a peer's failure (initialize only)
         self._reporter: Reporter | None = None  # publishes the ledger (initialize only)
-        self._device = layout.device(visible_gpus(), gpu_required=backend == "nccl")
+        self._device = _device_for(backend, layout)
+        self._device_types = backend_device_types(backend)  # what its collectives take
+        self._takes_cpu = "cpu" in self._device_types
         # Reductions the backend lacks, folded from an all-gather: NCCL has no bitwise ones.
         self._folded_ops = frozenset(("AND", "OR")) if backend == "nccl" else frozenset()
 
@@ -275,13 +310,13 @@ class NativeModel(LayoutQueries, ComputationModel):
 
     @override
     def _collective_device(self) -> torch.device:
-        return self._device if self._backend == "nccl" else _CPU
+        return _CPU if self._takes_cpu else self._device
 
     @override
     def _placement(self, tensor: torch.Tensor) -> torch.device:
-        if self._backend == "nccl":
+        if not self._takes_cpu:
             return self._device
-        return tensor.device if tensor.device.type in ("cpu", "cuda") else _CPU
+        return tensor.device if tensor.device.type in self._device_types else _CPU
 
     @override
     @fail_together.translate_peer_failure
@@ -323,9 +358,9 @@ class NativeModel(LayoutQueries, ComputationModel):
 
     @override
     def _object_transport(self, group: Any) -> tuple[Any, torch.device]:
-        if self._backend != "nccl":
+        if self._takes_cpu:
             return group, _CPU
-        # Objects never travel through GPU memory: a gloo group over the same ranks.
+        # Objects never travel through accelerator memory: a gloo group over the same ranks.
         ranks = self._group_members(group)
         return self._groups.get(ranks, backend="gloo"), _CPU
 
@@ -423,9 +458,9 @@ class NativeModel(LayoutQueries, ComputationModel):
     @override
     @fail_together.translate_peer_failure
     def _do_barrier_with(self, group: Any, async_op: bool, device_ids: list[int] | None) -> Any:
-        """torch's barrier; ``device_ids`` reach NCCL alone (the others have no devices to
-        name), and NCCL defaults to this rank's GPU."""
-        if self._backend != "nccl":
+        """torch's barrier; ``device_ids`` reach backends that communicate accelerator tensors
+        only (NCCL, XCCL: the others have no devices to name), which default to this rank's."""
+        if self._takes_cpu:
             device_ids = None
         elif device_ids is None:
             device_ids = [self._layout.local_rank]

@@ -1,0 +1,98 @@
+"""Which accelerator this process sees, and which devices a torch.distributed backend takes.
+
+Read from ``torch.accelerator`` (CUDA, XPU, MPS, ...) and from torch.distributed's own tables
+(``Backend.backend_capability``, ``get_default_backend_for_device``), so that a new device or
+a backend registered with ``torch.distributed.Backend.register_backend`` needs no code here.
+Older torch (without those, e.g. 2.9 under XLA) falls back to CUDA and torch's built-in
+backends.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "accelerator_count",
+    "accelerator_type",
+    "backend_device_types",
+    "default_backend",
+    "local_device",
+    "registered_backends",
+    "takes_cpu_tensors",
+]
+
+_CPU = torch.device("cpu")
+# Backends torch ships (and its placeholders): not plug-ins.
+_TORCH_BACKENDS = frozenset(("undefined", "gloo", "nccl", "xccl", "ucc", "mpi", "fake"))
+# What each built-in backend takes, where torch has no Backend.backend_capability.
+_KNOWN_DEVICES = {
+    "nccl": ("cuda",),
+    "xccl": ("xpu",),
+    "gloo": ("cpu", "cuda"),
+    "mpi": ("cpu", "cuda"),
+}
+_DEFAULT_BACKENDS = {"cpu": "gloo", "cuda": "nccl", "xpu": "xccl"}
+
+
+def accelerator_type() -> str | None:
+    """The type of this process's accelerator ("cuda", "xpu", "mps", ...); None without one."""
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is None:  # torch < 2.6
+        return "cuda" if torch.cuda.is_available() else None
+    if not accelerator.is_available():
+        return None
+    found = accelerator.current_accelerator()
+    return None if found is None else str(found.type)
+
+
+def accelerator_count() -> int:
+    """How many devices of that accelerator this process can use (0 without one)."""
+    if accelerator_type() is None:
+        return 0
+    accelerator = getattr(torch, "accelerator", None)
+    return int(accelerator.device_count()) if accelerator is not None else torch.cuda.device_count()
+
+
+def local_device() -> torch.device:
+    """The accelerator's current device with its index (``cuda:0`` equals a tensor's
+    device, ``cuda`` does not), or the CPU without one."""
+    kind = accelerator_type()
+    if kind is None:
+        return _CPU
+    accelerator = getattr(torch, "accelerator", None)
+    index = accelerator.current_device_index() if accelerator is not None else None
+    return torch.device(kind, torch.cuda.current_device() if index is None else index)
+
+
+def default_backend(device_type: str | None = None) -> str:
+    """The torch.distributed backend for ``device_type`` (default: this process's accelerator,
+    else the CPU): torch's ``get_default_backend_for_device`` ("gloo", "nccl", "xccl", ...)."""
+    kind = device_type or accelerator_type() or "cpu"
+    choose = getattr(dist, "get_default_backend_for_device", None)
+    if choose is not None:
+        try:
+            return str(choose(kind))
+        except (RuntimeError, ValueError):  # a device type without a default backend
+            return "gloo"
+    return _DEFAULT_BACKENDS.get(kind, "gloo")
+
+
+def backend_device_types(backend: str) -> tuple[str, ...]:
+    """The device types whose tensors ``backend``'s collectives take (torch's
+    ``Backend.backend_capability``; a plug-in says so in ``register_backend(devices=...)``)."""
+    capability = getattr(dist.Backend, "backend_capability", None) or {}
+    if backend in capability:
+        return tuple(capability[backend])
+    return _KNOWN_DEVICES.get(backend, ("cpu",))
+
+
+def takes_cpu_tensors(backend: str) -> bool:
+    """Whether ``backend`` communicates CPU tensors (False for NCCL and XCCL)."""
+    return "cpu" in backend_device_types(backend)
+
+
+def registered_backends() -> tuple[str, ...]:
+    """Backends registered with ``torch.distributed.Backend.register_backend``, lower case."""
+    names = getattr(dist.Backend, "backend_list", ())
+    return tuple(name for name in names if name not in _TORCH_BACKENDS)
