@@ -124,6 +124,8 @@ def run_workers(
             for index in range(nprocs):
                 receiver, sender = context.Pipe(duplex=False)
                 streams = relay.pipes(rank_offset + index, context.Pipe)
+                if start_method == "forkserver":  # the server's own date from its start
+                    streams = {**_current_streams(), **streams}
                 process = context.Process(
                     target=_worker_main,
                     args=(target, index, sender, exit_seconds, streams, environ),
@@ -145,6 +147,16 @@ def run_workers(
                 relay.close()  # the workers' last lines come before the error or the result
         signals.raise_if_received()  # a signal that came while the workers were exiting
     return results
+
+
+def _current_streams() -> dict[int, Connection]:
+    """This process's stdout and stderr as they are now (pytest, a notebook and ``exec >``
+    swap them), for a worker forked from the warm starter."""
+    streams = {}
+    for fd in (1, 2):
+        with contextlib.suppress(OSError):  # closed: the worker keeps the server's
+            streams[fd] = Connection(os.dup(fd))
+    return streams
 
 
 def _validate(
@@ -181,7 +193,8 @@ def _worker_main(
     ``streams``: pipes to the parent's output relay, by file descriptor (1, 2); ``environ``:
     the parent's environment variables, for a child forked from the warm starter."""
     _die_with_parent()
-    fresh_worker_state(environ)
+    if environ is not None:  # forked from the warm starter
+        fresh_worker_state(environ)
     redirect_output(streams or {})
     os.setpgrp()  # own process group: the parent stops us together with what we start
     faulthandler.register(signal.SIGUSR1, all_threads=True)

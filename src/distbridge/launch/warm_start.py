@@ -16,11 +16,14 @@ caller holds), and every worker dies with the server (``PR_SET_PDEATHSIG``).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import sys
 from collections.abc import Mapping
+from multiprocessing import forkserver
 from multiprocessing.context import ForkServerContext
+from typing import Any
 
 __all__ = ["PRELOAD", "fresh_worker_state", "warm_context"]
 
@@ -42,14 +45,26 @@ def warm_context() -> ForkServerContext:
     return context
 
 
-def fresh_worker_state(environ: Mapping[str, str] | None) -> None:
+def fresh_worker_state(environ: Mapping[str, str]) -> None:
     """In a worker just forked from the server: take the caller's environment variables
-    ``environ`` (None: keep them) and reseed what a fork would share with its siblings."""
-    if environ is not None:
-        os.environ.clear()
-        os.environ.update(environ)
+    ``environ``, reseed what a fork shares with its siblings, and let go of the server.
+
+    multiprocessing gives every fork of the server a copy of the pipe whose EOF tells the
+    server that its caller is gone: while a worker holds it, a SIGKILLed caller would leave
+    the server, and with it the workers, running. The worker closes it (a process the worker
+    starts with "forkserver" starts a server of its own)."""
+    os.environ.clear()
+    os.environ.update(environ)
+    server: Any = forkserver._forkserver  # multiprocessing's one ForkServer
+    alive = getattr(server, "_forkserver_alive_fd", None)
+    if alive is not None:
+        with contextlib.suppress(OSError):
+            os.close(alive)
+        server._forkserver_alive_fd = server._forkserver_pid = None
     numpy = sys.modules.get("numpy")
     if numpy is not None:  # a fresh interpreter seeds numpy's global generator from the OS
         numpy.random.seed()
-    # Python's `random` reseeds itself after every fork; torch's default generator starts
-    # from the same fixed seed in every fresh interpreter, and the server never used it.
+    torch = sys.modules.get("torch")
+    if torch is not None:  # and torch's CPU generator (CUDA's start unseeded until first use)
+        torch.default_generator.seed()
+    # Python's `random` reseeds itself after every fork.
