@@ -72,6 +72,32 @@ def test_a_function_of_python_c_runs_with_the_default_arguments() -> None:
     assert lines[-1] == "[6.0, 6.0]"
 
 
+def test_a_python_c_function_that_cannot_be_sent_fails_before_any_worker_starts() -> None:
+    code = textwrap.dedent("""\
+        import threading
+        from multiprocessing import forkserver
+        import distbridge as idist
+        def make():
+            lock = threading.Lock()
+            return lambda local_rank: lock.locked()
+        try:
+            idist.spawn("gloo", make(), nproc_per_node=2)
+        except Exception as err:
+            print(type(err).__name__, err)
+        print("server started:", forkserver._forkserver._forkserver_pid is not None)
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=90, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    error, started = done.stdout.splitlines()
+    assert error.startswith(
+        "PicklingError The function make.<locals>.<lambda> cannot be sent to the workers: "
+        "the closure variable 'lock' of make.<locals>.<lambda> = <unlocked _thread.lock"
+    )
+    assert started == "server started: False"
+
+
 def _parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
