@@ -16,6 +16,7 @@ or ``("error", traceback, exception_type_name, message)``.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import faulthandler
@@ -221,6 +222,8 @@ def _worker_main(
     # A watchdog thread in C: it needs no GIL, so it also ends a destructor that hangs while
     # the interpreter shuts down, after printing every thread's stack.
     faulthandler.dump_traceback_later(exit_seconds, exit=True)
+    if environ is not None:  # forked from the warm starter: multiprocessing ends a forked
+        atexit._run_exitfuncs()  # child without its atexit handlers; "spawn" runs them
 
 
 def _error_report(exc: BaseException) -> Report:
