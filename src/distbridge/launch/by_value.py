@@ -17,6 +17,7 @@ import os
 import reprlib
 import sys
 from collections.abc import Callable, Iterator, Mapping
+from multiprocessing import process
 from typing import Any
 
 import cloudpickle
@@ -44,7 +45,11 @@ def main_is_interactive() -> bool:
     if main is None or getattr(main, "__spec__", None) is not None:
         return False
     path = getattr(main, "__file__", None)
-    return not (isinstance(path, str) and (path == "<stdin>" or os.path.exists(path)))
+    if not isinstance(path, str):
+        return True
+    if path == "<stdin>":
+        return False  # check_main_module refuses it for every start method but "fork"
+    return not os.path.isfile(os.path.join(getattr(process, "ORIGINAL_DIR", None) or "", path))
 
 
 class ByValue:
