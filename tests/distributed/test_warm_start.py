@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 import distbridge as idist
 from tests.distributed import supervisor_targets
@@ -53,6 +54,14 @@ def test_a_later_job_forks_from_the_same_server_and_inherits_nothing(
     everyone = first + second + fresh
     for seeded in ("random", "numpy", "torch_seed"):  # as fresh interpreters: no two alike
         assert len({found[seeded] for found in everyone}) == len(everyone), seeded
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_warm_workers_use_cuda_after_the_parent_initialized_it() -> None:
+    torch.ones(1, device="cuda").sum().item()  # the parent's CUDA context: no fork may copy it
+    for _ in range(2):  # the job that starts the server, and one forked from it
+        found = idist.spawn("gloo", targets.uses_cuda, nproc_per_node=2)
+        assert found == [(False, 4.0), (False, 4.0)]
 
 
 def test_a_function_of_python_c_runs_with_the_default_arguments() -> None:

@@ -43,3 +43,9 @@ def state_and_mess(local_rank: int) -> dict[str, Any]:
     random.seed(1234)
     np.random.seed(1234)
     return found
+
+
+def uses_cuda(local_rank: int) -> tuple[bool, float]:
+    """Whether CUDA was initialized when the worker started, and a sum computed on a GPU."""
+    initialized_at_start = torch.cuda.is_initialized()
+    return initialized_at_start, float(torch.ones(4, device="cuda").sum())
