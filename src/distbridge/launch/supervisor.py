@@ -125,7 +125,7 @@ def run_workers(
             for index in range(nprocs):
                 receiver, sender = context.Pipe(duplex=False)
                 streams = relay.pipes(rank_offset + index, context.Pipe)
-                if start_method == "forkserver":  # the server's own date from its start
+                if start_method == "forkserver":  # the server has those of its own start
                     streams = {**_current_streams(), **streams}
                 process = context.Process(
                     target=_worker_main,
