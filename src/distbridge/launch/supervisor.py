@@ -125,7 +125,7 @@ def run_workers(
             for index in range(nprocs):
                 receiver, sender = context.Pipe(duplex=False)
                 streams = relay.pipes(rank_offset + index, context.Pipe)
-                if start_method == "forkserver":  # the server has those of its own start
+                if start_method == "forkserver":  # our stdout and stderr of now, not the server's
                     streams = {**_current_streams(), **streams}
                 process = context.Process(
                     target=_worker_main,
