@@ -16,9 +16,12 @@ raw job. The noise row is raw / raw within a run (the first raw job against the 
 the others): the spread a ratio cannot resolve. Targets: first <= 1.0x raw, later <= 0.1x raw
 and under 0.15 s.
 
+With ``--notebook`` each run is a fresh Jupyter kernel (nbclient + ipykernel, the test
+extra) instead, and the job's function is defined in a notebook cell (sent by value).
+
 Usage (from the repository root)::
 
-    python bench/bench_spawn.py [--runs 5] [--later 5]
+    python bench/bench_spawn.py [--runs 5] [--later 5] [--notebook]
 """
 
 from __future__ import annotations
@@ -97,10 +100,51 @@ def one_run(later: int) -> dict[str, Any]:
     return {"raw": raws, "first": first, "later": laters}
 
 
+_NOTEBOOK_CELLS = (
+    "import sys, time, json\nsys.path.insert(0, {bench_dir!r})\nimport bench_spawn\n"
+    "import distbridge as idist\nimport torch",
+    # the job's function is the notebook's own: it travels by value
+    "def job(local_rank):\n    return float(idist.all_reduce(torch.ones(1) * (local_rank + 1)))"
+    "\n\ndef timed():\n    start = time.perf_counter()\n"
+    "    assert idist.spawn('gloo', job, nproc_per_node=2) == [3.0, 3.0]\n"
+    "    return time.perf_counter() - start",
+    "raws = [bench_spawn.raw_job()]\nfirst = timed()\nraws.append(bench_spawn.raw_job())\n"
+    "laters = []\nfor _ in range({later}):\n    laters.append(timed())\n"
+    "    raws.append(bench_spawn.raw_job())\n"
+    "print(json.dumps({{'raw': raws, 'first': first, 'later': laters}}))",
+)
+
+
+def notebook_run(later: int) -> dict[str, Any]:
+    """One run in a fresh Jupyter kernel (nbclient + ipykernel), the job defined in a cell."""
+    import nbclient
+    import nbformat
+
+    bench_dir = os.path.dirname(os.path.abspath(__file__))
+    cells = [
+        nbformat.v4.new_code_cell(cell.format(bench_dir=bench_dir, later=later))
+        for cell in _NOTEBOOK_CELLS
+    ]
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    with tempfile.TemporaryDirectory() as directory:
+        spec = os.path.join(directory, "kernels", "bench")
+        os.makedirs(spec)
+        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        with open(os.path.join(spec, "kernel.json"), "w") as file:
+            json.dump({"argv": argv, "display_name": "bench", "language": "python"}, file)
+        os.environ["JUPYTER_PATH"] = directory
+        nbclient.NotebookClient(notebook, kernel_name="bench", timeout=900).execute()
+    text = "".join(out.get("text", "") for out in notebook.cells[-1].outputs)
+    return dict(json.loads(text.splitlines()[-1]))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="fresh processes (runs)")
     parser.add_argument("--later", type=int, default=5, help="later spawns per run")
+    parser.add_argument(
+        "--notebook", action="store_true", help="run each run in a Jupyter kernel (nbclient)"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
@@ -108,6 +152,9 @@ def main() -> int:
         return 0
     rows = []
     for _ in range(options.runs):
+        if options.notebook:
+            rows.append(notebook_run(options.later))
+            continue
         done = subprocess.run(
             [sys.executable, __file__, "--child", "--later", str(options.later)],
             capture_output=True,
