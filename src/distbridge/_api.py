@@ -176,14 +176,16 @@ def spawn(
 
     Args:
         backend: "gloo", "nccl", "mpi", "xla-tpu", "horovod", ...
-        fn: a function defined at the top level of a module (workers import it).
+        fn: a function defined at the top level of a module (workers import it), or in a
+            notebook, IPython or ``python -c`` (sent to the workers by value).
         args: positional arguments for ``fn`` after the local rank.
         kwargs_dict: keyword arguments for ``fn``.
         nproc_per_node: workers to start on this machine.
         kwargs: native backends: ``nnodes`` (1), ``node_rank`` (0), ``master_addr``
             ("127.0.0.1" or MASTER_ADDR), ``master_port`` (a free port, or MASTER_PORT),
             ``init_method``, ``timeout`` (process group timeout), ``start_method``
-            ("spawn"), ``job_timeout`` (seconds for the whole job), ``tag_output`` (None;
+            ("forkserver": warm, forked from a server with torch imported; "spawn";
+            "fork"), ``job_timeout`` (seconds for the whole job), ``tag_output`` (None;
             True: each output line starts with ``[rank N]: ``; False: the workers write
             to this process's stdout and stderr themselves; None: whole lines where the
             output is not a terminal), ``output_ranks`` (None: every rank; a list of ranks

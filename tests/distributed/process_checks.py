@@ -53,7 +53,8 @@ def child_pids() -> set[int]:
             cmdline = (stat_file.parent / "cmdline").read_bytes()
         except (OSError, IndexError):
             continue  # exited meanwhile
-        if int(fields[1]) == os.getpid() and b"resource_tracker" not in cmdline:
+        helper = b"resource_tracker" in cmdline or b"forkserver" in cmdline  # warm starter
+        if int(fields[1]) == os.getpid() and not helper:
             children.add(int(stat_file.parent.name))
     return children
 

@@ -147,7 +147,7 @@ def test_process_group_kill_reaches_grandchildren(tmp_path: Path) -> None:
     assert_gone(grandchild)
 
 
-@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+@pytest.mark.parametrize("start_method", ["spawn", "fork", "forkserver"])
 def test_job_timeout_stops_everything(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], start_method: str
 ) -> None:

@@ -108,14 +108,27 @@ def _pieces(line: bytes) -> list[bytes]:
 def redirect_output(streams: dict[int, Connection]) -> None:
     """In a worker: point its stdout and stderr file descriptors at the relay's pipes.
 
-    ``sys.stdout`` keeps the buffering it chose at start-up (line by line on a terminal)."""
+    ``sys.stdout`` keeps the buffering it chose at start-up (line by line on a terminal).
+    A ``sys.stdout`` or ``sys.stderr`` that does not write to its file descriptor (a
+    notebook kernel's stream, which a "fork" worker inherits and which sends its text to
+    the kernel by another way) is replaced by a line-buffered stream on the descriptor."""
     for fd, conn in streams.items():
-        stream = sys.stdout if fd == 1 else sys.stderr
+        name = "stdout" if fd == 1 else "stderr"
+        stream = getattr(sys, name)
         if stream is not None:
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
         os.dup2(conn.fileno(), fd)
         conn.close()
+        if _descriptor(stream) != fd:
+            setattr(sys, name, open(fd, "w", buffering=1, closefd=False))  # noqa: SIM115
+
+
+def _descriptor(stream: Any) -> int | None:
+    try:
+        return int(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 class _Source:

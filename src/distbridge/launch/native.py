@@ -26,6 +26,7 @@ from distbridge.errors import DistributedError
 from distbridge.launch._joinable import Activate, MakeModel
 from distbridge.launch._main_module import check_main_module
 from distbridge.launch._output import plan_output
+from distbridge.launch.by_value import main_is_interactive, pack
 from distbridge.launch.pickling import check_picklable
 from distbridge.launch.supervisor import run_workers
 from distbridge.reliability.fail_together import record_failure
@@ -92,7 +93,7 @@ def spawn_native(
     master_port: int | str | None = None,
     init_method: str | None = None,
     timeout: timedelta | float | None = None,
-    start_method: str = "spawn",
+    start_method: str = "forkserver",
     job_timeout: float | None = None,
     join: bool = True,
     tag_output: bool | None = None,
@@ -105,6 +106,10 @@ def spawn_native(
     inside ``activate(model)`` (the facade passes what makes the model the active one; it
     must pickle by reference). ``gpu_problem(nproc)``, when given, says why this machine
     cannot run the workers (NCCL with too few GPUs), before anything starts.
+
+    ``start_method`` "forkserver" forks the workers from the warm starter (see
+    `distbridge.launch.warm_start`). A function defined in a notebook, an IPython shell or
+    ``python -c`` travels by value (see `distbridge.launch.by_value`).
 
     ``tag_output`` and ``output_ranks`` say how the workers' output reaches the parent's
     (see `distbridge.launch._output`)."""
@@ -131,7 +136,9 @@ def spawn_native(
         raise ValueError(f"spawn(nproc_per_node={nproc}): {problem}")
     output = plan_output(tag_output, output_ranks, nproc, nnodes * nproc)
     check_main_module(start_method)  # before the store: a worker importing an unguarded script
-    if start_method != "fork":
+    if start_method != "fork" and main_is_interactive():
+        fn, args, kwargs_dict = pack(fn, args, kwargs_dict), (), {}  # a notebook's function
+    elif start_method != "fork":
         check_picklable(fn, args, kwargs_dict)
 
     addr = master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"

@@ -16,6 +16,7 @@ or ``("error", traceback, exception_type_name, message)``.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import faulthandler
@@ -37,6 +38,7 @@ from distbridge.launch._main_module import check_main_module
 from distbridge.launch._output import OutputPlan, OutputRelay, redirect_output
 from distbridge.launch._signals import SignalWatch
 from distbridge.launch._worker_reports import SHORT_REPR, Report, Worker, death, failure
+from distbridge.launch.warm_start import fresh_worker_state, warm_context
 
 __all__ = ["START_METHODS", "run_workers"]
 
@@ -55,7 +57,7 @@ def run_workers(
     nprocs: int,
     *,
     rank_offset: int = 0,
-    start_method: str = "spawn",
+    start_method: str = "forkserver",
     job_timeout: float | None = None,
     grace_seconds: float = 3.0,
     peer_window: float = 0.0,
@@ -70,7 +72,9 @@ def run_workers(
             ``start_method`` is "fork" (see :func:`distbridge.launch.pickling.check_picklable`).
         nprocs: how many processes to start.
         rank_offset: the global rank of child ``i`` is ``rank_offset + i`` (used in messages).
-        start_method: "spawn", "fork" or "forkserver".
+        start_method: "forkserver" (warm: a fork of a server that has imported torch, see
+            :mod:`distbridge.launch.warm_start`), "spawn" (a fresh interpreter per worker)
+            or "fork" (a copy of this process; not safe once CUDA or threads started).
         job_timeout: seconds the whole job may take; None means no limit.
         grace_seconds: how long a stopped worker gets between SIGTERM and SIGKILL, and how
             long a worker that reported may take to exit before it ends itself.
@@ -110,9 +114,13 @@ def run_workers(
     check_main_module(start_method)
     exit_seconds = max(grace_seconds, 1.0)
     # typeshed declares Process only on the concrete contexts, not on BaseContext.
-    context = cast(
-        "SpawnContext | ForkContext | ForkServerContext", multiprocessing.get_context(start_method)
-    )
+    context: SpawnContext | ForkContext | ForkServerContext
+    if start_method == "forkserver":
+        context = warm_context()
+    else:
+        context = cast("SpawnContext | ForkContext", multiprocessing.get_context(start_method))
+    # A fork of the server has the environment of the server's start: send today's.
+    environ = dict(os.environ) if start_method == "forkserver" else None
     deadline = None if job_timeout is None else time.monotonic() + job_timeout
     workers: list[Worker] = []
     results: list[Any] | None = None
@@ -122,9 +130,11 @@ def run_workers(
             for index in range(nprocs):
                 receiver, sender = context.Pipe(duplex=False)
                 streams = relay.pipes(rank_offset + index, context.Pipe)
+                if start_method == "forkserver":  # our stdout and stderr of now, not the server's
+                    streams = {**_current_streams(), **streams}
                 process = context.Process(
                     target=_worker_main,
-                    args=(target, index, sender, exit_seconds, streams),
+                    args=(target, index, sender, exit_seconds, streams, environ),
                     name=f"distbridge-worker-{rank_offset + index}",
                 )
                 workers.append(Worker(index, rank_offset + index, process, receiver))
@@ -143,6 +153,16 @@ def run_workers(
                 relay.close()  # the workers' last lines come before the error or the result
         signals.raise_if_received()  # a signal that came while the workers were exiting
     return results
+
+
+def _current_streams() -> dict[int, Connection]:
+    """This process's stdout and stderr as they are now (pytest, a notebook and ``exec >``
+    swap them), for a worker forked from the warm starter."""
+    streams = {}
+    for fd in (1, 2):
+        with contextlib.suppress(OSError):  # closed: the worker keeps the server's
+            streams[fd] = Connection(os.dup(fd))
+    return streams
 
 
 def _validate(
@@ -172,13 +192,17 @@ def _worker_main(
     conn: Connection,
     exit_seconds: float,
     streams: dict[int, Connection] | None = None,
+    environ: dict[str, str] | None = None,
 ) -> None:
     """Entry point of every child: set up, run ``target(index)``, send one report, and make
     sure the process ends within ``exit_seconds`` even if an ``atexit`` handler hangs.
-    ``streams``: pipes to the parent's output relay, by file descriptor (1, 2)."""
+    ``streams``: pipes to the parent's output relay, by file descriptor (1, 2); ``environ``:
+    the parent's environment variables, for a child forked from the warm starter."""
+    _die_with_parent()
+    if environ is not None:  # forked from the warm starter
+        fresh_worker_state(environ)
     redirect_output(streams or {})
     os.setpgrp()  # own process group: the parent stops us together with what we start
-    _die_with_parent()
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # "fork" children inherit the parent's
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -203,6 +227,8 @@ def _worker_main(
     # A watchdog thread in C: it needs no GIL, so it also ends a destructor that hangs while
     # the interpreter shuts down, after printing every thread's stack.
     faulthandler.dump_traceback_later(exit_seconds, exit=True)
+    if environ is not None:  # forked from the warm starter: multiprocessing ends a forked
+        atexit._run_exitfuncs()  # child without its atexit handlers; "spawn" runs them
 
 
 def _error_report(exc: BaseException) -> Report:
@@ -214,7 +240,8 @@ def _error_report(exc: BaseException) -> Report:
 
 
 def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when the thread that started it dies."""
+    """Ask Linux to SIGKILL this process when the thread that started it dies (the caller's
+    thread, or the warm starter's server, which itself ends with the caller)."""
     if not sys.platform.startswith("linux"):
         return
     with contextlib.suppress(OSError, AttributeError):
