@@ -21,20 +21,12 @@ import pytest
 
 import distbridge as idist
 from tests.distributed import ignite_launch_targets
+from tests.unit.test_facade import LAUNCH_VARS
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
-_LAUNCH_VARS = (
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_USE_AGENT_STORE",
-)
+_LAUNCH_VARS = LAUNCH_VARS  # cleared around each launch
 
 
 def free_port() -> int:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.distributed.launch_env import launcher_free_env
 from tests.ports import free_port
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
@@ -29,21 +30,10 @@ LAUNCH_TIMEOUT = 240  # seconds for one launch (two cores shared by every proces
 LAYOUT = ("rank", "local_rank", "world_size", "nproc_per_node", "nnodes", "node_rank")
 
 
-def _env() -> dict[str, str]:
-    """This environment without any launcher's variables, with the repository importable."""
-    drop = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-            "MASTER_PORT", "GROUP_WORLD_SIZE")  # fmt: skip
-    prefixes = ("OMPI_", "PMIX_", "PMI_", "SLURM_", "HOROVOD_", "JSM_", "TORCHELASTIC_")
-    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(prefixes)}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "src"), env.get("PYTHONPATH", "")])
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
 def _run_all(commands: list[list[str]]) -> None:
     """Start every command at once; fail with their output if one fails or runs too long."""
     procs = [
-        subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+        subprocess.Popen(cmd, cwd=REPO, env=launcher_free_env(), stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
         for cmd in commands
     ]  # fmt: skip
@@ -192,7 +182,8 @@ def test_mpirun_two_nodes_without_master_says_what_to_export(tmp_path: Path) -> 
     out = tmp_path / "out"
     out.mkdir()
     command = [*_two_fake_nodes(tmp_path), sys.executable, SCRIPT, str(out)]
-    proc = subprocess.run(command, cwd=REPO, env=_env(), capture_output=True, text=True,
+    env = launcher_free_env()
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=LAUNCH_TIMEOUT)  # fmt: skip
     assert proc.returncode != 0
     assert "MASTER_ADDR cannot be derived" in proc.stderr + proc.stdout

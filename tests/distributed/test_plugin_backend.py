@@ -9,7 +9,6 @@ other tests must not see the new name among the known backends.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,21 +16,12 @@ from typing import Any
 
 import pytest
 
+from tests.distributed.launch_env import launcher_free_env
+
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(240)]
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = str(REPO / "tests/distributed/plugin_backend_script.py")
-
-
-def _env() -> dict[str, str]:
-    """This environment without any launcher's variables, with the repository importable."""
-    drop = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-            "MASTER_PORT", "GROUP_WORLD_SIZE")  # fmt: skip
-    prefixes = ("OMPI_", "PMIX_", "PMI_", "SLURM_", "HOROVOD_", "JSM_", "TORCHELASTIC_")
-    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(prefixes)}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "src"), env.get("PYTHONPATH", "")])
-    env["OMP_NUM_THREADS"] = "1"
-    return env
 
 
 def _check(reports: list[dict[str, Any]]) -> None:
@@ -49,7 +39,7 @@ def test_spawn_runs_a_registered_backend(tmp_path: Path) -> None:
     out = tmp_path / "reports.json"
     proc = subprocess.run(
         [sys.executable, SCRIPT, "spawn", str(out)],
-        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=180,
+        cwd=REPO, env=launcher_free_env(), capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     _check(json.loads(out.read_text()))
@@ -59,7 +49,7 @@ def test_initialize_runs_a_registered_backend_under_torchrun(tmp_path: Path) -> 
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
          SCRIPT, "initialize", str(tmp_path)],
-        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=180,
+        cwd=REPO, env=launcher_free_env(), capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]

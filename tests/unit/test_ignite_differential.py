@@ -33,6 +33,7 @@ from torch.utils.data import DistributedSampler, Sampler
 
 import distbridge as idist
 from distbridge.errors import DistributedError
+from tests.unit.test_facade import LAUNCH_VARS
 
 LIBS = {"ignite": ignite_dist, "distbridge": idist}
 MIGRATION = Path(__file__).resolve().parents[2] / "docs" / "migration.md"
@@ -57,17 +58,7 @@ ON_PURPOSE = {
     "new_group([]) on 2 ranks": "| `new_group([])` on several ranks |",
     "broadcast of a number on 2 ranks": "| `broadcast` of a number on several ranks",
 }
-_LAUNCH_VARS = (
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "GROUP_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_USE_AGENT_STORE",
-)
+_LAUNCH_VARS = LAUNCH_VARS
 
 
 @pytest.fixture(autouse=True)
