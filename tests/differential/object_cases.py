@@ -8,16 +8,14 @@ using ``payloads.difference`` (types, dtypes, shapes, byte-exact values, writabi
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
-from pathlib import PurePath
 from typing import Any
 
-import numpy as np
 import torch
 from hypothesis import strategies as st
 
 import distbridge as idist
+from distbridge.algorithms import codec
 from tests.differential.payloads import PAYLOADS, difference, pickle_round_trip
 
 __all__ = ["FUNCTIONS", "MAX_WORLD", "ObjectCase", "check_case", "object_cases"]
@@ -73,8 +71,8 @@ def _as_object(payload: Any) -> Any:
     """all_gather sends tensors, real numbers (numpy's too, as Python numbers) and str by
     their own rules, tested with the tensor collectives: anything else goes as a pickled
     object, as here."""
-    own_rules = (torch.Tensor, numbers.Real, np.bool_, str, PurePath)
-    return [payload] if isinstance(payload, own_rules) else payload
+    own_rules = isinstance(payload, torch.Tensor) or codec.kind_of(payload) != codec.KIND_OBJECT
+    return [payload] if own_rules else payload  # e.g. a 0-d bool array goes as a bool
 
 
 def _as_items(payload: Any) -> list[Any]:
