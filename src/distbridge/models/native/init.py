@@ -104,8 +104,17 @@ def init_process_group(
         # RANK / WORLD_SIZE=1 set by hand: nobody to meet, so no port is opened
         dist.init_process_group(backend, store=HashStore(), rank=0, world_size=1, **extra)
     else:
-        fill_rendezvous_defaults()
-        dist.init_process_group(backend, init_method="env://", **extra)
+        filled = fill_rendezvous_defaults()
+        try:
+            dist.init_process_group(backend, init_method="env://", **extra)
+        except RuntimeError as err:  # DistNetworkError / DistStoreError: nobody there in time
+            where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+            how = f" ({', '.join(filled)} unset: ignite's default)" if filled else ""
+            raise DistributedError(
+                f"Rank {launch.rank} of {launch.world_size} could not meet its peers at "
+                f"{where}{how} within the timeout: start every rank with the same "
+                f"MASTER_ADDR / MASTER_PORT, and rank 0 too. ({err})"
+            ) from err
 
 
 #: What ignite fills in when RANK / WORLD_SIZE are set by hand without an address: every
@@ -113,12 +122,16 @@ def init_process_group(
 DEFAULT_MASTER = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "15000"}
 
 
-def fill_rendezvous_defaults() -> None:
+def fill_rendezvous_defaults() -> list[str]:
     """Set ``MASTER_ADDR`` / ``MASTER_PORT`` to ``DEFAULT_MASTER`` where unset (as ignite does
-    for hand-set RANK / WORLD_SIZE); the model restores them at finalize()."""
+    for hand-set RANK / WORLD_SIZE); the model restores them at finalize(). Returns the
+    names it set."""
+    filled = []
     for key, value in DEFAULT_MASTER.items():
         if not os.environ.get(key):
             os.environ[key] = value
+            filled.append(key)
+    return filled
 
 
 def _explicit_init(
