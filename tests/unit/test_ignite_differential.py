@@ -15,6 +15,7 @@ The 2-rank half is ``tests/distributed/test_ignite_differential_gloo.py``.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import time
@@ -59,6 +60,15 @@ ON_PURPOSE = {
     "broadcast of a number on 2 ranks": "| `broadcast` of a number on several ranks",
 }
 _LAUNCH_VARS = LAUNCH_VARS
+
+# pytorch-ignite 0.5.5 itself fails where torch_xla 2.9 is installed (it calls
+# torch_xla.core.xla_model.xrt_world_size, which torch_xla removed), so the reference is
+# missing in the XLA session (nox -s xla); the main run compares against it.
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("torch_xla") is not None,
+    reason="pytorch-ignite 0.5.5 fails with torch_xla 2.9 installed (xm.xrt_world_size is "
+    "gone): no reference to compare with",
+)
 
 
 @pytest.fixture(autouse=True)

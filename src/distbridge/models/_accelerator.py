@@ -23,8 +23,9 @@ __all__ = [
 ]
 
 _CPU = torch.device("cpu")
-# Backends torch ships (and its placeholders): not plug-ins.
-_TORCH_BACKENDS = frozenset(("undefined", "gloo", "nccl", "xccl", "ucc", "mpi", "fake"))
+# Backends torch ships (and its placeholders) and torch_xla's own (the XLA model runs it,
+# under the backend name "xla-tpu"): not plug-ins of the native model.
+_TORCH_BACKENDS = frozenset(("undefined", "gloo", "nccl", "xccl", "ucc", "mpi", "fake", "xla"))
 # What each built-in backend takes, where torch has no Backend.backend_capability.
 _KNOWN_DEVICES = {
     "nccl": ("cuda",),
