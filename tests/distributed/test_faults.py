@@ -196,6 +196,24 @@ def test_a_taken_master_port_is_a_clear_error(tmp_path: Path) -> None:
     _record("master port taken", info.value, seconds, [])
 
 
+def _initialize_alone(
+    env: dict[str, str], options: str = ""
+) -> tuple[subprocess.CompletedProcess[str], str, float]:
+    """``idist.initialize('gloo', <options>)`` in a process of its own under ``env``, which
+    must fail: the process, its last line of stderr, and the seconds it took."""
+    code = (
+        f"import distbridge as idist\nidist.initialize('gloo', {options})\nprint('initialized')\n"
+    )
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=BOUND,
+    )  # fmt: skip
+    seconds = time.monotonic() - start
+    assert proc.returncode == 1, proc.stdout
+    return proc, proc.stderr.strip().splitlines()[-1], seconds
+
+
 @pytest.mark.parametrize(
     ("variables", "expected"),
     [
@@ -207,17 +225,7 @@ def test_a_taken_master_port_is_a_clear_error(tmp_path: Path) -> None:
     ids=["rank-not-below-world-size"],
 )
 def test_inconsistent_launch_variables_fail_fast(variables: dict[str, str], expected: str) -> None:
-    code = "import distbridge as idist\nidist.initialize('gloo')\nprint('initialized')\n"
-    env = _env(MASTER_PORT=str(free_port()), **variables)
-    start = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
-        timeout=BOUND,
-    )  # fmt: skip
-    seconds = time.monotonic() - start
-
-    assert proc.returncode == 1, proc.stdout
-    last = proc.stderr.strip().splitlines()[-1]
+    proc, last, seconds = _initialize_alone(_env(MASTER_PORT=str(free_port()), **variables))
     assert last.startswith("ValueError: "), proc.stderr[-2000:]
     assert expected in last
     assert seconds < BOUND
@@ -368,19 +376,10 @@ def test_hand_set_variables_without_rank_zero_end_at_the_timeout() -> None:
     (issue 24), and with nobody there the rank ends at initialize's timeout with an error that
     names the address and says it was the default, instead of waiting for ever. Rank 1 only
     connects to the port, so nothing here listens on the fixed port."""
-    code = "import distbridge as idist\nidist.initialize('gloo', timeout=3)\nprint('initialized')\n"
     env = _env(RANK="1", WORLD_SIZE="2")
     env.pop("MASTER_ADDR", None)
     env.pop("MASTER_PORT", None)
-    start = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
-        timeout=BOUND,
-    )  # fmt: skip
-    seconds = time.monotonic() - start
-
-    assert proc.returncode == 1, proc.stdout
-    last = proc.stderr.strip().splitlines()[-1]
+    proc, last, seconds = _initialize_alone(env, "timeout=3")
     assert last.startswith("distbridge.errors.DistributedError: Rank 1 of 2"), proc.stderr[-2000:]
     assert "127.0.0.1:15000 (MASTER_ADDR, MASTER_PORT unset: ignite's default)" in last
     assert seconds < BOUND
