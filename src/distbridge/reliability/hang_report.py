@@ -22,6 +22,7 @@ JSON: nothing received is unpickled or evaluated.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -29,6 +30,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
@@ -50,6 +52,22 @@ POLL_SECONDS = 0.5
 #: entries per group a rank publishes and answers with
 SHOWN = 8
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_EXIT_JOIN_SECONDS = 2.0
+_running: weakref.WeakSet[Reporter] = weakref.WeakSet()
+
+
+def _stop_all() -> None:
+    """At exit, before the interpreter ends its daemon threads, stop every reporter and wait
+    for its store call in flight: a call that fails when the store's host has left, in a
+    finalizing interpreter, aborts the process ("terminate called without an active
+    exception"), as the failure watchers' did (failure_watch._stop_all)."""
+    for reporter in list(_running):
+        reporter.stop()
+    for reporter in list(_running):
+        reporter.join(_EXIT_JOIN_SECONDS)
+
+
+atexit.register(_stop_all)
 
 
 def _torch_dir() -> str:
@@ -151,10 +169,16 @@ class Reporter:
             root.set(WORLD_KEY, str(world_size))
         self._thread = threading.Thread(target=self._run, name="distbridge-reporter", daemon=True)
         self._thread.start()
+        _running.add(self)
 
     def stop(self) -> None:
         """End the thread (``finalize``)."""
         self._stopped.set()
+
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the thread to end (after ``stop``)."""
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
 
     def _run(self) -> None:
         while not self._stopped.wait(POLL_SECONDS) and self._alive():
