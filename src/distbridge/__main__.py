@@ -1,4 +1,4 @@
-"""``python -m distbridge``: the command line (``info``, ``check`` and ``why``; see
+"""``python -m distbridge``: the command line (``info``, ``check``, ``why`` and ``where``; see
 ``docs/cli.md``)."""
 
 from __future__ import annotations
@@ -57,6 +57,15 @@ def _parser() -> argparse.ArgumentParser:
     why.add_argument(
         "--wait", type=float, default=3.0, help="seconds the ranks get to answer (default: 3)"
     )
+    where = commands.add_parser(
+        "where",
+        help="where each primitive is done, by computation model (file:line)",
+        description="Print the table of the primitives (_do_*) and queries each computation "
+        "model supplies, with the file and line of each, read from the classes.",
+    )
+    where.add_argument(
+        "--update", metavar="PAGE", help="rewrite the table in this markdown page instead"
+    )
     return parser
 
 
@@ -68,6 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from distbridge.cli import info
 
         return info.main(args.json)
+    if args.command == "where":
+        from distbridge.cli import where
+
+        return where.main(args.update)
     if args.command == "why":
         from distbridge.cli import why
 

@@ -1,0 +1,55 @@
+"""docs/architecture.md's table of primitives by model is the one the code gives now."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from distbridge.cli import where
+from distbridge.models._primitives import BackendPrimitives
+from distbridge.models.native.model import NativeModel
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+
+
+def test_the_page_holds_the_table_the_code_gives() -> None:
+    block = where.current_block(PAGE.read_text())
+    assert block is not None, f"{PAGE} lost its generated table's markers"
+    assert where.table() in block, (
+        "docs/architecture.md's table of primitives is stale: run "
+        "`python -m distbridge where --update docs/architecture.md`"
+    )
+
+
+def test_a_cell_points_at_the_def_line() -> None:
+    path, line = where.cell(NativeModel, "_do_all_reduce").strip("`").split(":")
+    source = (Path(where.__file__).resolve().parents[1] / path).read_text().splitlines()
+    assert source[int(line) - 1].lstrip().startswith("def _do_all_reduce(")
+
+
+@pytest.mark.parametrize("name", where.PRIMITIVES)
+def test_every_row_is_a_hook_of_the_primitives(name: str) -> None:
+    assert callable(getattr(BackendPrimitives, name))
+
+
+def test_every_hook_a_backend_may_override_has_a_row() -> None:
+    hooks = {
+        n
+        for n in vars(BackendPrimitives)
+        if n.startswith("_do_") and callable(getattr(BackendPrimitives, n))
+    }
+    assert hooks <= set(where.PRIMITIVES)
+
+
+def test_update_rewrites_only_the_block(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(f"# Title\n\n{where.START}\nold\n{where.END}\n\nafter\n")
+    assert where.update(page) is True
+    text = page.read_text()
+    assert text.startswith("# Title\n\n") and text.endswith("\n\nafter\n")
+    assert where.table() in text and "old" not in text
+    assert where.update(page) is False
+    page.write_text("no markers")
+    with pytest.raises(ValueError, match="no '<!-- primitives"):
+        where.update(page)
