@@ -1,4 +1,8 @@
-"""The only mutable module state of distbridge: which computation model is active.
+"""The facade's state: which computation model is active (and the local rank hint).
+
+It is the one module that rebinds module globals (``global``). Other process-wide state
+is kept where its owner is: what the engines went through in ``models/_engine_state.py``,
+and caches (the ledger's file names, the native model's reduce ops) beside their code.
 
 ``current()`` is on every facade call's path, so it does one cheap check: is the
 active model's context still the live one? When it is not (a process group was

@@ -14,7 +14,7 @@ import torch
 
 from distbridge import _api, _collectives, _state
 from distbridge.environments.base import read_int
-from distbridge.reliability.timed_barrier import abort_barrier, check_timeout, timed_barrier
+from distbridge.reliability.timed_barrier import abort_barrier, check_timeout
 
 __all__ = [
     "get_local_group",
@@ -106,7 +106,7 @@ def one_rank_first(
     limit = check_timeout(timeout) or math.inf
     name = f"one_rank_first(rank={rank}{', local=True' if local else ''})"
     model = _state.current()
-    timed_barrier(model)  # every rank, now: making the store may take a collective
+    model.timed_barriers()  # every rank, now: making the store may take a collective
     if me != rank:
         _collectives.barrier(timeout=limit, name=name)
         yield

@@ -223,7 +223,7 @@ def _backend_group_count() -> int:
         import torch.distributed as dist
 
         return len(dist.distributed_c10d._world.pg_map)
-    return len(current()._groups)
+    return len(current().groups)
 
 
 def check_groups(tmp: Path) -> None:
@@ -500,7 +500,7 @@ def check_same_shape_gather_and_all_to_all(tmp: Path) -> None:
         )
     if idist.backend() == "gloo":  # the kinds are known: the loop took the fast paths
         model = _state.current()
-        assert model._fast_gather.knows(x) and model._fast_all_to_all.knows(x)
+        assert model.fast_gather.knows(x) and model.fast_all_to_all.knows(x)
     flipped = idist.all_to_all(list(x.chunk(world))[::-1], same_shape=True)
     back = 2 * (world - 1 - rank)
     assert [g.tolist() for g in flipped] == [[[100 * j + back, 100 * j + back + 1]]
@@ -569,7 +569,7 @@ def check_scatter_into_out(tmp: Path) -> None:
             zeros = idist.scatter(None, src=src, out=torch.ones(2, 2))
             assert zeros.tolist() == [[0.0, 0.0]] * 2
     if idist.backend() == "gloo":  # the kind is known: the loop took the fast path
-        assert _state.current()._fast_scatter.knows(torch.empty(2, 2))
+        assert _state.current().fast_scatter.knows(torch.empty(2, 2))
     _raises(ValueError, "src=", idist.scatter, None, src=world, out=torch.empty(2, 2))
     _raises(TypeError, "src must be an int", idist.scatter, None, src=True, out=torch.empty(2, 2))
     strided = torch.zeros(2, 4)[:, ::2]  # not contiguous: the general path, written back

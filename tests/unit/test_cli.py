@@ -17,7 +17,7 @@ import distbridge as idist
 from distbridge.__main__ import main
 from distbridge.cli import check, info
 from distbridge.cli._format import format_bytes, format_info, parse_size, parse_sizes
-from distbridge.models.horovod import env as _horovod_env
+from distbridge.models.horovod import runtime as _horovod_runtime
 from distbridge.models.native import NativeModel
 
 # Variables of any launcher: removed so that the commands see no launcher unless a test sets one.
@@ -144,7 +144,7 @@ def test_the_horovod_hint_says_how_to_build_it(monkeypatch: pytest.MonkeyPatch) 
         "find_spec",
         lambda name, *a: None if name == "horovod" else find_spec(name, *a),
     )
-    reason = _horovod_env.unavailable.__wrapped__()
+    reason = _horovod_runtime.unavailable.__wrapped__()
     assert reason.startswith("horovod is not installed: build Horovod 0.28.1 from source")
     assert "`bash ci/build_horovod.sh`" in reason and "nox -s horovod" in reason
     assert "distbridge[" not in reason  # distbridge is not on a package index

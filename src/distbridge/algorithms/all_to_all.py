@@ -1,7 +1,7 @@
 """all_to_all: of a list of tensors (uneven sizes allowed, each tensor with its own shape and
 number of dims, or one shape with ``same_shape``), or of one tensor split along dim 0. The
 algorithm once, over primitives; the shape rows it exchanges for uneven sizes are
-``_shape_rows``'.
+``algorithms/shape_rows.py``'s.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from distbridge.algorithms import byte_view, codec, shape_rows
 from distbridge.algorithms.groups import GroupCache
 
 if TYPE_CHECKING:
-    from distbridge.models.base import ComputationModel
+    from distbridge.model_contract import ModelContract
 
 __all__ = ["all_to_all", "chunks_known"]
 
@@ -24,18 +24,18 @@ _NOT_A_MEMBER = GroupCache.NOT_A_MEMBER
 
 
 def all_to_all(
-    model: ComputationModel, tensors: Any, group: Any, same_shape: bool = False
+    model: ModelContract, tensors: Any, group: Any, same_shape: bool = False
 ) -> list[torch.Tensor] | torch.Tensor:
     """Rank r sends ``tensors[j]`` to group rank j and receives one tensor from each rank;
     with ``same_shape``, every tensor on every rank has one shape and nothing is exchanged
     first. One tensor instead of a list: its dim 0 in group-size chunks, one tensor back."""
-    resolved = model._groups.resolve(group)
+    resolved = model.groups.resolve(group)
     shape_rows.check_flag("same_shape", same_shape)
     if isinstance(tensors, torch.Tensor):
         return tensors if resolved is _NOT_A_MEMBER else _all_to_all_one(model, tensors, resolved)
     if resolved is _NOT_A_MEMBER:
         return list(tensors)
-    size, me = model._group_size(resolved), model._group_rank(resolved)
+    size, me = model.group_size(resolved), model.group_rank(resolved)
     if not isinstance(tensors, (list, tuple)) or len(tensors) != size:
         raise ValueError(
             f"all_to_all needs a list of {size} tensors (one per rank), got {tensors!r}."
@@ -64,13 +64,13 @@ def all_to_all(
         dtype, shapes = shape_rows.decode(table)  # row j * size + k: what j sends to k
         sent = shapes[me * size : (me + 1) * size]  # any number of dims in each
         received = shapes[me::size]
-    flat = [model._to_placement(t).reshape(-1) for t in tensors]
+    flat = [model.to_placement(t).reshape(-1) for t in tensors]
     data = _joined(flat, dtype)
     in_splits = [math.prod(s) for s in sent]
     out_splits = [math.prod(s) for s in received]
     if dtype in model.uncarried_dtypes:
         width = data.element_size()
-        raw = model._do_all_to_all(
+        raw = model.do_all_to_all(
             byte_view.as_bytes(data),
             [n * width for n in in_splits],
             [n * width for n in out_splits],
@@ -78,42 +78,42 @@ def all_to_all(
         )
         out = byte_view.from_bytes(raw, dtype, (raw.numel() // dtype.itemsize,))
     else:
-        out = model._do_all_to_all(data, in_splits, out_splits, resolved)
+        out = model.do_all_to_all(data, in_splits, out_splits, resolved)
     pieces = torch.split(out, out_splits)
     return [p.reshape(s).to(t.device) for p, s, t in zip(pieces, received, tensors, strict=True)]
 
 
-def _all_to_all_one(model: ComputationModel, x: torch.Tensor, group: Any) -> torch.Tensor:
+def _all_to_all_one(model: ModelContract, x: torch.Tensor, group: Any) -> torch.Tensor:
     """``all_to_all`` of one tensor, as ``all_to_all_single`` with equal splits: chunk j of dim
     0 goes to group rank j; returns a new tensor of ``x``'s shape whose chunk j came from rank
     j. Every rank passes the same shape (nothing is exchanged first)."""
-    size = model._group_size(group)
+    size = model.group_size(group)
     shape_rows.check_equal_chunks(
         "all_to_all of one tensor", x, size, f", or pass a list of {size} tensors (any sizes)"
     )
     if shape_rows.row(x)[0] == shape_rows.BAD:
         raise TypeError(shape_rows.why_bad(x, "all_to_all's tensor"))
-    work = model._to_placement(x)
+    work = model.to_placement(x)
     if x.dtype in model.uncarried_dtypes:  # as bytes: row j holds chunk j's bytes
         data = byte_view.as_bytes(work)
-        rows = model._do_all_to_all_even(data.view(size, data.numel() // size), group)
+        rows = model.do_all_to_all_even(data.view(size, data.numel() // size), group)
         out = byte_view.from_bytes(rows, x.dtype, tuple(x.shape))
     else:
         if group is None and work is x:
-            model._fast_all_to_all.remember(x)
-        out = model._do_all_to_all_even(work, group)
+            model.fast_all_to_all.remember(x)
+        out = model.do_all_to_all_even(work, group)
     return out if out.device == x.device else out.to(x.device)
 
 
-def chunks_known(model: ComputationModel, tensors: list[Any]) -> list[torch.Tensor] | None:
+def chunks_known(model: ModelContract, tensors: list[Any]) -> list[torch.Tensor] | None:
     """``all_to_all(tensors, same_shape=True)`` over the world when ``tensors`` is exactly
     ``list(x.chunk(world))`` of an ``x`` whose kind passed every check before (see
-    ``_fast_path``): ``x`` goes, its answer is cut the same way. None otherwise."""
+    ``algorithms/fast_path.py``): ``x`` goes, its answer is cut the same way. None otherwise."""
     first = tensors[0] if tensors else None
     if type(first) is not torch.Tensor:
         return None
     whole = first._base
-    if whole is None or not model._fast_all_to_all.knows(whole):
+    if whole is None or not model.fast_all_to_all.knows(whole):
         return None
     size = model.get_world_size()
     if len(tensors) != size or _chunked(first, size) is not whole:
@@ -126,11 +126,11 @@ def chunks_known(model: ComputationModel, tensors: list[Any]) -> list[torch.Tens
         if t.data_ptr() != address or not t.is_contiguous():
             return None
         address += step
-    return list(model._do_all_to_all_even(whole, None).chunk(size))
+    return list(model.do_all_to_all_even(whole, None).chunk(size))
 
 
 def _all_to_all_uniform(
-    model: ComputationModel, tensors: Sequence[Any], group: Any, size: int
+    model: ModelContract, tensors: Sequence[Any], group: Any, size: int
 ) -> list[torch.Tensor] | None:
     """``all_to_all(same_shape=True)`` in one pass over ``tensors``, or None when they are not
     all dense tensors of one sendable dtype, one shape and one device where the backend
@@ -157,18 +157,18 @@ def _all_to_all_uniform(
         if end_to_end:
             end_to_end = t.data_ptr() == address and t.is_contiguous()
             address += step
-    if model._placement(first) != device:
+    if model.placement(first) != device:
         return None
     whole = _chunked(first, size) if end_to_end else None
     if whole is not None:  # x.chunk(size): x itself goes, and its answer is cut the same way
         if group is None:
-            model._fast_all_to_all.remember(whole)  # see chunks_known
-        return list(model._do_all_to_all_even(whole, group).chunk(size))
+            model.fast_all_to_all.remember(whole)  # see chunks_known
+        return list(model.do_all_to_all_even(whole, group).chunk(size))
     data = _view_of(first, size * numel) if end_to_end else None
     if data is None:
         data = torch.cat([t.reshape(-1) for t in tensors])
     splits = [numel] * size
-    out = model._do_all_to_all(data, splits, splits, group)
+    out = model.do_all_to_all(data, splits, splits, group)
     return list(out.view(size, *shape).unbind(0))
 
 

@@ -25,8 +25,8 @@ import torch
 __all__ = [
     "ORDERED_FLOATS",
     "UNCARRIED_BY_C10D",
+    "integer_carrier",
     "ordered_carrier",
-    "reduce_carrier",
     "reduction_carrier",
 ]
 
@@ -53,7 +53,7 @@ _ORDER_INTS = {
 ORDERED_FLOATS: frozenset[torch.dtype] = frozenset(_ORDER_INTS)
 
 
-def reduce_carrier(
+def integer_carrier(
     tensor: torch.Tensor, op: str
 ) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
     """A tensor the backend can reduce with ``op``, and the function that turns the reduced
@@ -107,5 +107,5 @@ def reduction_carrier(
     if op in ("MIN", "MAX") and tensor.dtype in ORDERED_FLOATS:
         return ordered_carrier(tensor, op)
     if tensor.dtype in uncarried:
-        return reduce_carrier(tensor, op)
+        return integer_carrier(tensor, op)
     return tensor, None

@@ -1,12 +1,10 @@
-"""Tensor checks and small tensor helpers shared by every collective."""
+"""The checks every tensor collective makes of its tensor."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 
-__all__ = ["check_dense", "check_reducible", "divide_", "region", "write_back"]
+__all__ = ["check_dense", "check_reducible"]
 
 
 def check_dense(tensor: torch.Tensor, what: str) -> None:
@@ -28,39 +26,3 @@ def check_reducible(tensor: torch.Tensor, op: str, what: str = "all_reduce") -> 
         )
     if op in ("MIN", "MAX") and dtype.is_complex:
         raise TypeError(f"Reduction {op} is undefined for complex dtype {dtype}.")
-
-
-def divide_(tensor: torch.Tensor, n: int) -> torch.Tensor:
-    """Divide ``tensor`` by ``n`` in place (an average), a complex one part by part, as
-    torch.distributed's AVG does: a complex division would spread an inf or NaN of one part
-    to the other and turn -0.0 into 0.0."""
-    (torch.view_as_real(tensor) if tensor.is_complex() else tensor).div_(n)
-    return tensor
-
-
-def region(index: int | None, shape: Sequence[int]) -> tuple[int | slice, ...]:
-    """The index that cuts a tensor (entry ``index`` of a stacked one) down to ``shape``."""
-    cut = [slice(0, d) for d in shape]
-    return tuple(cut) if index is None else (index, *cut)
-
-
-def write_back(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """Make ``x`` hold ``out`` (when the collective worked on a copy) and return ``x``."""
-    if out is not x and not _same_elements(x, out):
-        with torch.no_grad():
-            x.copy_(out)
-    return x
-
-
-def _same_elements(x: torch.Tensor, out: torch.Tensor) -> bool:
-    """Whether ``out`` is ``x`` through another view, as when a carrier filled ``x``'s bytes in
-    place (copying would fail: torch refuses a copy between overlapping tensors whose strides
-    differ, which a contiguous ``x`` may have in dims of size 1). XLA tensors have no
-    address (``data_ptr()`` is 0 for all of them): never the same elements there."""
-    return (
-        x.data_ptr() != 0
-        and out.data_ptr() == x.data_ptr()
-        and (out.dtype, out.shape, out.device) == (x.dtype, x.shape, x.device)
-        and x.is_contiguous()
-        and out.is_contiguous()
-    )

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from distbridge.algorithms import carriers
-from distbridge.algorithms.checks import divide_
+from distbridge.algorithms.in_place import divide_
 
 if TYPE_CHECKING:
-    from distbridge.models._primitives import BackendPrimitives
+    from distbridge.model_contract import ModelPrimitives
 
 __all__ = ["all_reduce_by_fold", "fold"]
 
@@ -33,7 +33,7 @@ def fold(rows: torch.Tensor, op: str) -> torch.Tensor:
     dtype = rows.dtype
     back: Callable[[torch.Tensor], torch.Tensor] | None = None
     if dtype in carriers.UNCARRIED_BY_C10D:  # no CPU add / minimum for uint16-64: widen or view
-        rows, back = carriers.reduce_carrier(rows, op)
+        rows, back = carriers.integer_carrier(rows, op)
     elif (dtype.itemsize == 1 and dtype.is_floating_point) or dtype is torch.complex32:
         wide = torch.complex64 if dtype.is_complex else torch.float32  # no CPU arithmetic
         rows, back = rows.to(wide), lambda out: out.to(dtype)
@@ -55,10 +55,10 @@ def fold(rows: torch.Tensor, op: str) -> torch.Tensor:
 
 
 def all_reduce_by_fold(
-    model: BackendPrimitives, tensor: torch.Tensor, op: str, group: Any
+    model: ModelPrimitives, tensor: torch.Tensor, op: str, group: Any
 ) -> torch.Tensor:
     """``tensor`` reduced with ``op`` over ``group`` where the backend's own all-reduce cannot
     (or not exactly): every member's tensor all-gathered as one row and folded here in rank
     order, so every member gets the same bits. A new tensor of ``tensor``'s shape."""
-    rows = model._do_all_gather(tensor.reshape(1, -1), group)
+    rows = model.do_all_gather(tensor.reshape(1, -1), group)
     return fold(rows, op).view(tensor.shape)

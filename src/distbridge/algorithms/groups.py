@@ -22,7 +22,7 @@ except ImportError:  # a torch built without distributed support
 from distbridge.errors import GroupArgumentError
 
 if TYPE_CHECKING:
-    from distbridge.models.base import ComputationModel
+    from distbridge.model_contract import ModelPrimitives
 
 __all__ = ["GroupCache", "is_mesh", "mesh_group", "not_a_group"]
 
@@ -84,7 +84,7 @@ class GroupCache:
 
     NOT_A_MEMBER = _Membership.NOT_A_MEMBER
 
-    def __init__(self, model: ComputationModel) -> None:
+    def __init__(self, model: ModelPrimitives) -> None:
         self._model = weakref.proxy(model)  # no cycle: groups are freed with their model
         self._groups: dict[object, Any] = {}
 
@@ -103,9 +103,9 @@ class GroupCache:
         elif is_mesh(group):
             resolved = self.get(group)  # type: ignore[arg-type]
         else:
-            self._model._check_group(group)
+            self._model.check_group(group)
             resolved = group
-        if self._model._group_rank(resolved) < 0:
+        if self._model.group_rank(resolved) < 0:
             return self.NOT_A_MEMBER
         return resolved
 
@@ -127,9 +127,9 @@ class GroupCache:
         try:
             hash(key)
         except TypeError:  # options that cannot be hashed (e.g. pg_options): never cached
-            return self._model._make_group(key_ranks, **kwargs)
+            return self._model.make_group(key_ranks, **kwargs)
         if key not in self._groups:
-            self._groups[key] = self._model._make_group(key_ranks, **kwargs)
+            self._groups[key] = self._model.make_group(key_ranks, **kwargs)
         return self._groups[key]
 
     def cached(self, ranks: Sequence[int]) -> Any | None:

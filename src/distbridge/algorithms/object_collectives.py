@@ -26,7 +26,7 @@ from distbridge.algorithms.object_frames import (
 )
 
 if TYPE_CHECKING:
-    from distbridge.models.base import ComputationModel
+    from distbridge.model_contract import ModelContract
 
 __all__ = ["all_gather_object", "broadcast_object", "gather_object", "scatter_object"]
 
@@ -55,29 +55,29 @@ def _check_sizes(sizes: list[int], failure: Exception | None, what: str) -> None
         )
 
 
-def _sizes(model: ComputationModel, size: int, channel: Any, device: torch.device) -> list[int]:
+def _sizes(model: ModelContract, size: int, channel: Any, device: torch.device) -> list[int]:
     mine = torch.tensor([size], dtype=torch.int64, device=device)
-    return [int(n) for n in model._do_all_gather(mine, channel).tolist()]
+    return [int(n) for n in model.do_all_gather(mine, channel).tolist()]
 
 
 def all_gather_object(
-    model: ComputationModel, obj: Any, group: Any, serializer: Serializer | None
+    model: ModelContract, obj: Any, group: Any, serializer: Serializer | None
 ) -> list[Any]:
-    resolved = model._groups.resolve(group)
+    resolved = model.groups.resolve(group)
     if resolved is _NOT_A_MEMBER:
         return [obj]
-    channel, device = model._object_transport(resolved)
+    channel, device = model.object_transport(resolved)
     parts, failure = _try_encode(obj, serializer)
     sizes = _sizes(model, frame_size(parts) if failure is None else _FAILED, channel, device)
     _check_sizes(sizes, failure, "all_gather_object")
-    longest, me = max(sizes), model._group_rank(resolved)
+    longest, me = max(sizes), model.group_rank(resolved)
     received = torch.empty(len(sizes) * longest, dtype=torch.uint8)
     mine = received[me * longest : (me + 1) * longest]
     frame_into(parts, mine.numpy())
     if device.type == "cpu":
-        model._do_all_gather_into(received, mine, channel)
+        model.do_all_gather_into(received, mine, channel)
     else:
-        received.copy_(model._do_all_gather(mine.to(device), channel).cpu())
+        received.copy_(model.do_all_gather(mine.to(device), channel).cpu())
     data = received.numpy()
     return [
         decode_frame(data[r * longest : (r + 1) * longest], serializer) for r in range(len(sizes))
@@ -85,36 +85,36 @@ def all_gather_object(
 
 
 def gather_object(
-    model: ComputationModel, obj: Any, dst: int, group: Any, serializer: Serializer | None
+    model: ModelContract, obj: Any, dst: int, group: Any, serializer: Serializer | None
 ) -> list[Any]:
-    resolved = model._groups.resolve(group)
-    model._check_root("dst", dst, resolved)
+    resolved = model.groups.resolve(group)
+    model.check_root("dst", dst, resolved)
     if resolved is _NOT_A_MEMBER:
         return []
-    channel, device = model._object_transport(resolved)
+    channel, device = model.object_transport(resolved)
     parts, failure = _try_encode(obj, serializer)
     sizes = _sizes(model, frame_size(parts) if failure is None else _FAILED, channel, device)
     _check_sizes(sizes, failure, "gather_object")
     mine = torch.empty(max(sizes), dtype=torch.uint8)
     frame_into(parts, mine.numpy())
-    frames = model._do_gather(mine.to(device), dst, channel)
+    frames = model.do_gather(mine.to(device), dst, channel)
     if model.get_rank() != dst or frames is None:
         return []
     return [decode_frame(f.cpu().numpy(), serializer) for f in frames]
 
 
 def broadcast_object(
-    model: ComputationModel, obj: Any, src: int, group: Any, serializer: Serializer | None
+    model: ModelContract, obj: Any, src: int, group: Any, serializer: Serializer | None
 ) -> Any:
-    resolved = model._groups.resolve(group)
-    model._check_root("src", src, resolved)
+    resolved = model.groups.resolve(group)
+    model.check_root("src", src, resolved)
     if resolved is _NOT_A_MEMBER:
         return obj
-    channel, device = model._object_transport(resolved)
+    channel, device = model.object_transport(resolved)
     is_src = model.get_rank() == src
     parts, failure = _try_encode(obj, serializer) if is_src else (Frame(), None)
     size = (frame_size(parts) if failure is None else _FAILED) if is_src else 0
-    header = model._do_broadcast(
+    header = model.do_broadcast(
         torch.tensor([size], dtype=torch.int64, device=device), src, channel
     )
     size = int(header.item())
@@ -129,19 +129,19 @@ def broadcast_object(
     frame = torch.empty(size, dtype=torch.uint8)
     if is_src:
         frame_into(parts, frame.numpy())
-    frame = model._do_broadcast(frame.to(device), src, channel)
+    frame = model.do_broadcast(frame.to(device), src, channel)
     return obj if is_src else decode_frame(frame.cpu().numpy(), serializer)
 
 
 def scatter_object(
-    model: ComputationModel, objs: Any, src: int, group: Any, serializer: Serializer | None
+    model: ModelContract, objs: Any, src: int, group: Any, serializer: Serializer | None
 ) -> Any:
-    resolved = model._groups.resolve(group)
-    model._check_root("src", src, resolved)
+    resolved = model.groups.resolve(group)
+    model.check_root("src", src, resolved)
     if resolved is _NOT_A_MEMBER:
         return None
-    channel, device = model._object_transport(resolved)
-    size, me = model._group_size(resolved), model._group_rank(resolved)
+    channel, device = model.object_transport(resolved)
+    size, me = model.group_size(resolved), model.group_rank(resolved)
     is_src = model.get_rank() == src
     problem: Exception | None = None
     frames: list[Frame] = []
@@ -157,7 +157,7 @@ def scatter_object(
     sizes = [frame_size(f) for f in frames] if is_src and problem is None else [_FAILED] * size
     if isinstance(problem, ValueError):
         sizes = [_NOT_A_LIST] * size
-    table = model._do_broadcast(torch.tensor(sizes, dtype=torch.int64, device=device), src, channel)
+    table = model.do_broadcast(torch.tensor(sizes, dtype=torch.int64, device=device), src, channel)
     sizes = [int(n) for n in table.tolist()]
     if problem is not None:
         raise (
@@ -178,5 +178,5 @@ def scatter_object(
             frame_into(parts, chunk.numpy())
             chunks.append(chunk.to(device))
     out = torch.empty(longest, dtype=torch.uint8, device=device)
-    got = model._do_scatter(chunks, out, src, channel)
+    got = model.do_scatter(chunks, out, src, channel)
     return decode_frame(got.cpu().numpy()[: sizes[me]], serializer)

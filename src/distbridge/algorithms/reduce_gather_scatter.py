@@ -3,11 +3,12 @@ once, over primitives.
 
 Shapes may differ across ranks without the caller knowing them, the number of dims too:
 ranks first exchange one small row per tensor (dtype code, number of dims, dims; see
-``_shape_rows``), then move every tensor flat, padded to the longest one's number of
+``algorithms/shape_rows.py``), then move every tensor flat, padded to the longest one's number of
 elements, and cut each back to its own shape. A rank that cannot describe its tensor
 sends a "bad" row instead of raising at once, so every rank raises together rather than
 some waiting forever. The default primitives for backends that lack an op are in
-``_emulations``; all_to_all, which shares the shape rows, is in ``_all_to_all``.
+``algorithms/emulations.py``; all_to_all, which shares the shape rows, is in
+``algorithms/all_to_all.py``.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from distbridge.algorithms import byte_view, carriers, codec, shape_rows
-from distbridge.algorithms.checks import check_dense, check_reducible, divide_, write_back
+from distbridge.algorithms.checks import check_dense, check_reducible
 from distbridge.algorithms.groups import GroupCache
+from distbridge.algorithms.in_place import divide_, write_back
 from distbridge.algorithms.values import gather_values
 
 if TYPE_CHECKING:
-    from distbridge.models.base import ComputationModel
+    from distbridge.model_contract import ModelContract
 
 __all__ = [
     "all_gather_with_shapes",
@@ -67,7 +69,7 @@ def _cut(flat: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
 # ---- public algorithms ------------------------------------------------------------------------
 
 
-def reduce(model: ComputationModel, x: Any, dst: int, op: str, group: Any) -> Any:
+def reduce(model: ModelContract, x: Any, dst: int, op: str, group: Any) -> Any:
     """Reduce onto ``dst``; other ranks get ``x`` back unchanged."""
     name = codec.canonical_op(op, model.reduce_ops, model.name)
     if isinstance(x, torch.Tensor):
@@ -77,24 +79,24 @@ def reduce(model: ComputationModel, x: Any, dst: int, op: str, group: Any) -> An
             f"reduce takes a tensor or a Python number (int, float, bool), "
             f"got {type(x).__name__}: {x!r}."
         )
-    resolved = model._groups.resolve(group)
-    model._check_root("dst", dst, resolved)
+    resolved = model.groups.resolve(group)
+    model.check_root("dst", dst, resolved)
     if resolved is _NOT_A_MEMBER:
         return x
     if not isinstance(x, torch.Tensor):
         total = model.all_reduce(x, name, group)  # a number: one tiny collective either way
         return total if model.get_rank() == dst else x
-    work = model._to_placement(x)
+    work = model.to_placement(x)
     is_dst = model.get_rank() == dst
     if not is_dst and work is x:
         work = work.clone()  # backends may use non-destination buffers as scratch space
     work, back = carriers.reduction_carrier(work, name, model.uncarried_dtypes)
-    sent_op = "SUM" if name == "AVG" and not model._native_avg() else name
-    out = model._do_reduce(work, dst, sent_op, resolved)
+    sent_op = "SUM" if name == "AVG" and not model.native_avg() else name
+    out = model.do_reduce(work, dst, sent_op, resolved)
     if not is_dst:
         return x
     if sent_op != name:
-        divide_(out, model._group_size(resolved))
+        divide_(out, model.group_size(resolved))
     result = out if back is None else back(out)
     if result is not x:
         with torch.no_grad():
@@ -103,12 +105,12 @@ def reduce(model: ComputationModel, x: Any, dst: int, op: str, group: Any) -> An
 
 
 def gather(
-    model: ComputationModel, x: Any, dst: int, group: Any, same_shape: bool = False
+    model: ModelContract, x: Any, dst: int, group: Any, same_shape: bool = False
 ) -> list[Any]:
     """Every member's ``x`` on ``dst`` (shapes may differ unless ``same_shape``), ``[]`` on the
     other ranks."""
-    resolved = model._groups.resolve(group)
-    model._check_root("dst", dst, resolved)
+    resolved = model.groups.resolve(group)
+    model.check_root("dst", dst, resolved)
     shape_rows.check_flag("same_shape", same_shape)
     if same_shape and not isinstance(x, torch.Tensor):
         raise TypeError(f"gather(same_shape=True) takes a tensor, got {type(x).__name__}.")
@@ -122,43 +124,43 @@ def gather(
         if shape_rows.row(x)[0] == shape_rows.BAD:
             raise TypeError(shape_rows.why_bad(x, "gather's tensor"))
         if x.dtype not in model.uncarried_dtypes:
-            work = model._to_placement(x)
-            parts = model._do_gather(work, dst, resolved)
+            work = model.to_placement(x)
+            parts = model.do_gather(work, dst, resolved)
             if resolved is None and work is x:  # went as it was: see gather_known
-                model._fast_gather.remember(x)
+                model.fast_gather.remember(x)
             if not is_dst or parts is None:
                 return []
             return parts if parts[0].device == x.device else [p.to(x.device) for p in parts]
-        dtype, shapes = x.dtype, [tuple(x.shape)] * model._group_size(resolved)
+        dtype, shapes = x.dtype, [tuple(x.shape)] * model.group_size(resolved)
     else:
         table = shape_rows.exchange(model, [shape_rows.row(x)], resolved)
         if (table[:, 0, 0] == shape_rows.BAD).any() and shape_rows.row(x)[0] == shape_rows.BAD:
             raise TypeError(shape_rows.why_bad(x, "gather's tensor"))
         dtype, shapes = shape_rows.decode(table)  # any number of dims on each rank
     length = _longest(shapes)
-    work = model._to_placement(_flat_padded(x, length))
+    work = model.to_placement(_flat_padded(x, length))
     if dtype in model.uncarried_dtypes:
-        parts = model._do_gather(byte_view.as_bytes(work), dst, resolved)
+        parts = model.do_gather(byte_view.as_bytes(work), dst, resolved)
         parts = [byte_view.from_bytes(p, dtype, (length,)) for p in parts] if parts else parts
     else:
-        parts = model._do_gather(work, dst, resolved)
+        parts = model.do_gather(work, dst, resolved)
     if not is_dst or parts is None:
         return []
     return [_cut(p, s).to(x.device) for p, s in zip(parts, shapes, strict=True)]
 
 
 def all_gather_with_shapes(
-    model: ComputationModel, tensor: Any, shapes: Any, group: Any
+    model: ModelContract, tensor: Any, shapes: Any, group: Any
 ) -> list[torch.Tensor]:
     """Every member's tensor, each in its own shape from ``shapes`` (given alike on every
     rank, so nothing is exchanged first; the number of dims may differ): all travel flat,
     padded to the longest."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}.")
-    resolved = model._groups.resolve(group)
+    resolved = model.groups.resolve(group)
     if resolved is _NOT_A_MEMBER:
         return [tensor]
-    size, me = model._group_size(resolved), model._group_rank(resolved)
+    size, me = model.group_size(resolved), model.group_rank(resolved)
     if not isinstance(shapes, Sequence) or not all(isinstance(s, Sequence) for s in shapes):
         raise TypeError(
             f"shapes must be a list with one shape per group rank, e.g. [[2, 3], [4, 3]], "
@@ -198,7 +200,7 @@ def all_gather_with_shapes(
         padded[0, : tensor.numel()] = tensor.reshape(-1)
     else:
         padded[0, length] = 1
-    gathered = model._gather_tensor(padded, resolved)
+    gathered = model.gather_tensor(padded, resolved)
     if problem is not None:
         raise problem
     flags = gathered[:, length]
@@ -213,25 +215,25 @@ def all_gather_with_shapes(
     return [_cut(gathered[i], s) for i, s in enumerate(shape_list)]
 
 
-def gather_known(model: ComputationModel, x: torch.Tensor, dst: object) -> list[Any] | None:
+def gather_known(model: ModelContract, x: torch.Tensor, dst: object) -> list[Any] | None:
     """``gather(x, dst, same_shape=True)`` over the world for an ``x`` of a kind that passed
-    every check before (see ``_fast_path``); None for a ``dst`` that is not plainly right."""
+    every check before (see ``fast_path``); None for a ``dst`` that is not plainly right."""
     if type(dst) is not int or not 0 <= dst < model.get_world_size():
         return None
-    parts = model._do_gather(x, dst, None)
+    parts = model.do_gather(x, dst, None)
     return parts if parts is not None and model.get_rank() == dst else []
 
 
-def scatter(model: ComputationModel, tensors: Any, src: int, group: Any, out: Any = None) -> Any:
+def scatter(model: ModelContract, tensors: Any, src: int, group: Any, out: Any = None) -> Any:
     """Rank r of the group gets ``tensors[r]`` from ``src``; ``tensors`` is read on src only.
     With ``out``, every rank receives into it and no shapes are exchanged first."""
-    resolved = model._groups.resolve(group)
-    model._check_root("src", src, resolved)
+    resolved = model.groups.resolve(group)
+    model.check_root("src", src, resolved)
     if out is not None and shape_rows.row(out)[0] == shape_rows.BAD:
         raise TypeError(shape_rows.why_bad(out, "scatter's out"))
     if resolved is _NOT_A_MEMBER:
         return None
-    size, me = model._group_size(resolved), model._group_rank(resolved)
+    size, me = model.group_size(resolved), model.group_rank(resolved)
     is_src = model.get_rank() == src
     if out is not None:
         return _scatter_into(model, tensors if is_src else None, out, src, resolved, size)
@@ -248,26 +250,26 @@ def scatter(model: ComputationModel, tensors: Any, src: int, group: Any, out: An
             bad = [i for i, r in enumerate(rows) if r[0] == shape_rows.BAD]
             if bad:
                 problem = TypeError(shape_rows.why_bad(tensors[bad[0]], f"tensors[{bad[0]}]"))
-    table_t = torch.tensor(rows, dtype=torch.int64, device=model._collective_device())
-    table = model._do_broadcast(table_t, src, resolved).cpu().numpy()
+    table_t = torch.tensor(rows, dtype=torch.int64, device=model.collective_device())
+    table = model.do_broadcast(table_t, src, resolved).cpu().numpy()
     if problem is not None:
         raise problem
     dtype, shapes = shape_rows.decode(table)  # any number of dims for each receiver
     length = _longest(shapes)
     device = tensors[me].device if is_src else model.device()
-    out = torch.empty(length, dtype=dtype, device=model._collective_device())
+    out = torch.empty(length, dtype=dtype, device=model.collective_device())
     chunks = [_flat_padded(t, length).to(out.device) for t in tensors] if is_src else None
     if dtype in model.uncarried_dtypes:
         raw = [byte_view.as_bytes(c) for c in chunks] if chunks else None
-        got = model._do_scatter(raw, byte_view.as_bytes(out), src, resolved)
+        got = model.do_scatter(raw, byte_view.as_bytes(out), src, resolved)
         got = byte_view.from_bytes(got, dtype, (length,))
     else:
-        got = model._do_scatter(chunks, out, src, resolved)
+        got = model.do_scatter(chunks, out, src, resolved)
     return _cut(got, shapes[me]).to(device)
 
 
 def _scatter_into(
-    model: ComputationModel, tensors: Any, out: torch.Tensor, src: int, group: Any, size: int
+    model: ModelContract, tensors: Any, out: torch.Tensor, src: int, group: Any, size: int
 ) -> torch.Tensor:
     """``scatter`` when the caller gives the receiving tensor: its dtype and shape are every
     chunk's, so nothing is exchanged first (``tensors`` is None except on ``src``). When the
@@ -278,27 +280,27 @@ def _scatter_into(
         problem = _check_scatter_into(tensors, out, size)
         if problem is not None:  # send zeros: the other ranks already wait in the scatter
             tensors = [torch.zeros_like(out)] * size
-    work = model._to_placement(out)
+    work = model.to_placement(out)
     # The chunks go where the receiving tensor is: gloo scatters CUDA tensors only into CUDA.
     chunks = [t.to(work.device).contiguous() for t in tensors] if tensors is not None else None
     if out.dtype in model.uncarried_dtypes:
         raw = [byte_view.as_bytes(c) for c in chunks] if chunks else None
-        got = model._do_scatter(raw, byte_view.as_bytes(work), src, group)
+        got = model.do_scatter(raw, byte_view.as_bytes(work), src, group)
         got = byte_view.from_bytes(got, out.dtype, tuple(out.shape))
     else:
-        got = model._do_scatter(chunks, work, src, group)
+        got = model.do_scatter(chunks, work, src, group)
         if group is None and work is out and problem is None:  # went as it was: see scatter_known
-            model._fast_scatter.remember(out)
+            model.fast_scatter.remember(out)
     if problem is not None:
         raise problem
     return write_back(out, got)
 
 
 def scatter_known(
-    model: ComputationModel, tensors: Any, src: object, out: torch.Tensor
+    model: ModelContract, tensors: Any, src: object, out: torch.Tensor
 ) -> torch.Tensor | None:
     """``scatter(tensors, src, out=out)`` over the world for an ``out`` of a kind that passed
-    every check before (see ``_fast_path``): one pass over the source's tensors, nothing else.
+    every check before (see ``fast_path``): one pass over the source's tensors, nothing else.
     None when ``src`` or the tensors are not plainly right: the general path then decides
     (and still sends, so the ranks that came here do not wait in vain)."""
     world = model.get_world_size()
@@ -315,7 +317,7 @@ def scatter_known(
             if t.dtype is not dtype or t.shape != shape or t.device != device:
                 return None
         chunks = [t.contiguous() for t in tensors]
-    return write_back(out, model._do_scatter(chunks, out, src, None))
+    return write_back(out, model.do_scatter(chunks, out, src, None))
 
 
 def _check_scatter_into(tensors: Any, out: torch.Tensor, size: int) -> ValueError | None:
@@ -335,21 +337,21 @@ def _check_scatter_into(tensors: Any, out: torch.Tensor, size: int) -> ValueErro
     )
 
 
-def reduce_scatter(model: ComputationModel, tensor: Any, op: str, group: Any) -> Any:
+def reduce_scatter(model: ModelContract, tensor: Any, op: str, group: Any) -> Any:
     """Split ``tensor`` along dim 0 into group-size chunks, reduce them, keep chunk ``rank``."""
     name = codec.canonical_op(op, model.reduce_ops, model.name)
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"reduce_scatter takes a tensor, got {type(tensor).__name__}.")
     check_reducible(tensor, name, "reduce_scatter")
-    resolved = model._groups.resolve(group)
+    resolved = model.groups.resolve(group)
     if resolved is _NOT_A_MEMBER:
         return tensor
-    size = model._group_size(resolved)
+    size = model.group_size(resolved)
     shape_rows.check_equal_chunks("reduce_scatter", tensor, size, "")
-    work = model._to_placement(tensor)
+    work = model.to_placement(tensor)
     work, back = carriers.reduction_carrier(work, name, model.uncarried_dtypes)
-    sent_op = "SUM" if name == "AVG" and not model._native_avg() else name
-    out = model._do_reduce_scatter(work, sent_op, resolved)
+    sent_op = "SUM" if name == "AVG" and not model.native_avg() else name
+    out = model.do_reduce_scatter(work, sent_op, resolved)
     if sent_op != name:
         divide_(out, size)
     result = out if back is None else back(out)

@@ -4,8 +4,8 @@ A row holds a dtype code, the number of dims and the dims padded with zeros. Ran
 all-gather their rows when shapes may differ across ranks, the number of dims included (a
 0-dim tensor on one rank, a 3-dim one on another): each row carries its own. A rank that
 cannot describe its tensor sends a "bad" row instead of raising at once, so every rank
-raises together (``decode``) rather than some waiting forever. Used by ``_extra`` (gather,
-scatter) and ``_all_to_all``, with the argument checks they and reduce_scatter share.
+raises together (``decode``) rather than some waiting forever. Used by ``reduce_gather_scatter``
+(gather, scatter) and ``all_to_all``, with the argument checks they and reduce_scatter share.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from distbridge.algorithms import codec
 
 if TYPE_CHECKING:
-    from distbridge.models.base import ComputationModel
+    from distbridge.model_contract import ModelPrimitives
 
 __all__ = [
     "BAD",
@@ -81,10 +81,10 @@ def decode(rows: np.ndarray[Any, Any]) -> tuple[torch.dtype, list[tuple[int, ...
     return codec.dtype_from_code(dtypes.pop()), shapes
 
 
-def exchange(model: ComputationModel, rows: list[list[int]], group: Any) -> np.ndarray[Any, Any]:
+def exchange(model: ModelPrimitives, rows: list[list[int]], group: Any) -> np.ndarray[Any, Any]:
     """All-gather every rank's rows: an array of shape (group size, len(rows), width)."""
-    local = torch.tensor(rows, dtype=torch.int64, device=model._collective_device())
-    out = model._do_all_gather(local.reshape(-1), group).cpu().numpy()
+    local = torch.tensor(rows, dtype=torch.int64, device=model.collective_device())
+    out = model.do_all_gather(local.reshape(-1), group).cpu().numpy()
     return out.reshape(-1, len(rows), WIDTH)
 
 

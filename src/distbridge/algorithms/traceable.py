@@ -22,12 +22,14 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
 from distbridge.algorithms import byte_view, carriers, codec
-from distbridge.algorithms.checks import check_dense, check_reducible, divide_
+from distbridge.algorithms.c10d_rules import c10d_op
+from distbridge.algorithms.checks import check_dense, check_reducible
 from distbridge.algorithms.fold import fold
 from distbridge.algorithms.groups import GroupCache, is_mesh, mesh_group
+from distbridge.algorithms.in_place import divide_
 
 if TYPE_CHECKING:
-    from distbridge.models.base import ComputationModel
+    from distbridge.model_contract import ModelContract
 
 __all__ = [
     "all_gather",
@@ -46,7 +48,7 @@ _FUNCOL_OPS = {"SUM": "sum", "PRODUCT": "product", "MIN": "min", "MAX": "max",
                "AND": "band", "OR": "bor", "AVG": "avg"}  # fmt: skip
 
 
-def _resolve(model: ComputationModel, group: Any) -> Any:
+def _resolve(model: ModelContract, group: Any) -> Any:
     """``group`` as the eager path resolves it (None: the world; NOT_A_MEMBER), without
     making a group: a compiled region cannot run ``new_group``, a collective of its own."""
     if group is None:
@@ -56,7 +58,7 @@ def _resolve(model: ComputationModel, group: Any) -> Any:
     elif isinstance(group, (list, tuple, range)):
         if len(group) == 0:  # a group no rank belongs to, as in eager code
             return _NOT_A_MEMBER
-        resolved = model._groups.cached(group)
+        resolved = model.groups.cached(group)
         if resolved is None:
             raise ValueError(
                 f"Inside torch.compile the group of ranks {list(group)!r} must exist already "
@@ -64,9 +66,9 @@ def _resolve(model: ComputationModel, group: Any) -> Any:
                 "before the compiled function runs."
             )
     else:
-        model._check_group(group)
+        model.check_group(group)
         resolved = group
-    return _NOT_A_MEMBER if model._group_rank(resolved) < 0 else resolved
+    return _NOT_A_MEMBER if model.group_rank(resolved) < 0 else resolved
 
 
 def _process_group(resolved: Any) -> Any:
@@ -74,33 +76,32 @@ def _process_group(resolved: Any) -> Any:
     return dist.group.WORLD if resolved is None else resolved
 
 
-def _reduced(model: ComputationModel, work: torch.Tensor, name: str, resolved: Any) -> torch.Tensor:
+def _reduced(model: ModelContract, work: torch.Tensor, name: str, resolved: Any) -> torch.Tensor:
     """``work`` (in a dtype the backend carries) all-reduced with canonical ``name``, as the
     eager ``_reduce_placed`` does."""
     pg = _process_group(resolved)
-    if name == "PRODUCT" and work.is_complex():  # torch has no complex PRODUCT: fold, in order
+    engine_op = c10d_op(work.dtype, name)
+    if engine_op is None:  # fold, in rank order, as the eager path does
         rows = funcol.all_gather_tensor(work.reshape(1, -1), 0, pg)
         return fold(rows, name).view(work.shape)
-    if work.dtype is torch.bool and name == "SUM":  # c10d adds bools as bytes
-        name = "MAX"
-    average = name == "AVG" and not model._native_avg()
-    sent = "SUM" if average else name
+    average = engine_op == "AVG" and not model.native_avg()
+    sent = "SUM" if average else engine_op
     if work.is_complex():  # part by part, as c10d does
         out = torch.view_as_complex(
             funcol.all_reduce(torch.view_as_real(work), _FUNCOL_OPS[sent], pg).contiguous()
         )
     else:
         out = funcol.all_reduce(work, _FUNCOL_OPS[sent], pg)
-    return divide_(out, model._group_size(resolved)) if average else out
+    return divide_(out, model.group_size(resolved)) if average else out
 
 
-def _as_bytes(model: ComputationModel, dtype: torch.dtype) -> bool:
+def _as_bytes(model: ModelContract, dtype: torch.dtype) -> bool:
     """Whether a tensor of ``dtype`` moves as its bytes: the backend lacks the dtype, or it is
     complex (the functional all-to-all takes no complex tensors)."""
     return dtype in model.uncarried_dtypes or dtype.is_complex
 
 
-def _bytes_if_uncarried(model: ComputationModel, x: torch.Tensor) -> torch.Tensor:
+def _bytes_if_uncarried(model: ModelContract, x: torch.Tensor) -> torch.Tensor:
     return byte_view.as_bytes(x) if _as_bytes(model, x.dtype) else x
 
 
@@ -110,7 +111,7 @@ def _write(x: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def all_reduce(model: ComputationModel, x: torch.Tensor, op: str, group: Any) -> torch.Tensor:
+def all_reduce(model: ModelContract, x: torch.Tensor, op: str, group: Any) -> torch.Tensor:
     """``all_reduce`` of a tensor inside a compiled region (in place, as eager)."""
     name = codec.canonical_op(op, model.reduce_ops, model.name)
     check_reducible(x, name)
@@ -122,12 +123,12 @@ def all_reduce(model: ComputationModel, x: torch.Tensor, op: str, group: Any) ->
     return _write(x, out if back is None else back(out))
 
 
-def reduce(model: ComputationModel, x: torch.Tensor, dst: int, op: str, group: Any) -> Any:
+def reduce(model: ModelContract, x: torch.Tensor, dst: int, op: str, group: Any) -> Any:
     """``reduce`` inside a compiled region: an all-reduce whose answer only ``dst`` keeps."""
     name = codec.canonical_op(op, model.reduce_ops, model.name)
     check_reducible(x, name, "reduce")
     resolved = _resolve(model, group)
-    model._check_root("dst", dst, resolved)
+    model.check_root("dst", dst, resolved)
     if resolved is _NOT_A_MEMBER:
         return x
     work, back = carriers.reduction_carrier(x, name, model.uncarried_dtypes)
@@ -137,25 +138,25 @@ def reduce(model: ComputationModel, x: torch.Tensor, dst: int, op: str, group: A
     return _write(x, out if back is None else back(out))
 
 
-def all_gather(model: ComputationModel, x: torch.Tensor, group: Any) -> torch.Tensor:
+def all_gather(model: ModelContract, x: torch.Tensor, group: Any) -> torch.Tensor:
     """``all_gather`` of a tensor inside a compiled region."""
     check_dense(x, "all_gather")
     resolved = _resolve(model, group)
     if resolved is _NOT_A_MEMBER:
         return x
     x = x.unsqueeze(0) if x.dim() == 0 else x
-    size = model._group_size(resolved)
+    size = model.group_size(resolved)
     out = funcol.all_gather_tensor(_bytes_if_uncarried(model, x), 0, _process_group(resolved))
     if _as_bytes(model, x.dtype):
         out = byte_view.from_bytes(out, x.dtype, (size * x.shape[0], *x.shape[1:]))
     return out
 
 
-def broadcast(model: ComputationModel, x: torch.Tensor, src: int, group: Any) -> torch.Tensor:
+def broadcast(model: ModelContract, x: torch.Tensor, src: int, group: Any) -> torch.Tensor:
     """``broadcast`` of a tensor inside a compiled region (in place on the receivers)."""
     check_dense(x, "broadcast")
     resolved = _resolve(model, group)
-    model._check_root("src", src, resolved)
+    model.check_root("src", src, resolved)
     if resolved is _NOT_A_MEMBER:
         return x
     root = src if resolved is None else dist.get_group_rank(resolved, src)
@@ -168,24 +169,24 @@ def broadcast(model: ComputationModel, x: torch.Tensor, src: int, group: Any) ->
     return _write(x, out)
 
 
-def gather(model: ComputationModel, x: torch.Tensor, dst: int, group: Any) -> list[Any]:
+def gather(model: ModelContract, x: torch.Tensor, dst: int, group: Any) -> list[Any]:
     """``gather`` inside a compiled region: every rank's tensor has ``x``'s shape."""
     resolved = _resolve(model, group)
-    model._check_root("dst", dst, resolved)
+    model.check_root("dst", dst, resolved)
     if resolved is _NOT_A_MEMBER:
         return []
     rows = all_gather(model, x.unsqueeze(0), group)
     return list(rows.unbind(0)) if model.get_rank() == dst else []
 
 
-def scatter(model: ComputationModel, tensors: Any, src: int, group: Any, out: Any) -> Any:
+def scatter(model: ModelContract, tensors: Any, src: int, group: Any, out: Any) -> Any:
     """``scatter`` inside a compiled region: chunk r of ``src``'s equal-shaped ``tensors`` to
     group rank r, by one all-to-all in which only ``src`` sends."""
     resolved = _resolve(model, group)
-    model._check_root("src", src, resolved)
+    model.check_root("src", src, resolved)
     if resolved is _NOT_A_MEMBER:
         return None
-    size, is_src = model._group_size(resolved), model.get_rank() == src
+    size, is_src = model.group_size(resolved), model.get_rank() == src
     if not isinstance(out, torch.Tensor):  # on every rank alike: no rank waits for another
         raise ValueError(
             "scatter inside torch.compile needs out= on every rank (a compiled region cannot "
@@ -212,14 +213,14 @@ def scatter(model: ComputationModel, tensors: Any, src: int, group: Any, out: An
     return _write(out, got)
 
 
-def reduce_scatter(model: ComputationModel, x: torch.Tensor, op: str, group: Any) -> Any:
+def reduce_scatter(model: ModelContract, x: torch.Tensor, op: str, group: Any) -> Any:
     """``reduce_scatter`` inside a compiled region: chunk r of the reduced ``x`` on rank r."""
     name = codec.canonical_op(op, model.reduce_ops, model.name)
     check_reducible(x, name, "reduce_scatter")
     resolved = _resolve(model, group)
     if resolved is _NOT_A_MEMBER:
         return x
-    size = model._group_size(resolved)
+    size = model.group_size(resolved)
     if x.dim() == 0 or x.shape[0] % size:
         raise ValueError(
             f"reduce_scatter needs dim 0 to split into {size} equal chunks, got shape "
@@ -227,20 +228,18 @@ def reduce_scatter(model: ComputationModel, x: torch.Tensor, op: str, group: Any
         )
     work, back = carriers.reduction_carrier(x, name, model.uncarried_dtypes)
     out = _reduced(model, work, name, resolved)  # one all-reduce: exact for every dtype and op
-    chunk = out.chunk(size)[model._group_rank(resolved)]
+    chunk = out.chunk(size)[model.group_rank(resolved)]
     return (chunk if back is None else back(chunk)).clone()
 
 
-def all_to_all(
-    model: ComputationModel, tensors: Any, group: Any
-) -> list[torch.Tensor] | torch.Tensor:
+def all_to_all(model: ModelContract, tensors: Any, group: Any) -> list[torch.Tensor] | torch.Tensor:
     """``all_to_all`` inside a compiled region: a tensor (dim 0 in equal chunks) or a list of
     tensors of one shape, the chunks received having that shape too."""
     resolved = _resolve(model, group)
     single = isinstance(tensors, torch.Tensor)
     if resolved is _NOT_A_MEMBER:
         return tensors if single else list(tensors)
-    size = model._group_size(resolved)
+    size = model.group_size(resolved)
     x = tensors if single else torch.stack(list(tensors))
     if single and (x.dim() == 0 or x.shape[0] % size):
         raise ValueError(

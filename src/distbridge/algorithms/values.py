@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from distbridge.algorithms import codec
-from distbridge.algorithms import object_frames as objects
+from distbridge.algorithms import codec, object_frames
 
 if TYPE_CHECKING:
-    from distbridge.models.base import ComputationModel
+    from distbridge.model_contract import ModelContract
 
 __all__ = ["broadcast_value", "gather_values"]
 
@@ -31,20 +30,20 @@ _FAILURES: tuple[type[Exception], ...] = (TypeError, ValueError)  # field a inde
 _TEXT_KINDS = (codec.KIND_STR, codec.KIND_PATH)
 
 
-def _header(model: ComputationModel, kind: int, a: int = 0, b: int = 0, inline: bytes = b"") -> Any:
+def _header(model: ModelContract, kind: int, a: int = 0, b: int = 0, inline: bytes = b"") -> Any:
     words = np.zeros(_WORDS, dtype="<i8")
     words[:3] = (kind, a, b)
     if inline:
         words[3:].view(np.uint8)[: len(inline)] = np.frombuffer(inline, dtype=np.uint8)
-    return torch.from_numpy(words).to(model._collective_device())
+    return torch.from_numpy(words).to(model.collective_device())
 
 
 def _inline_bytes(row: np.ndarray[Any, Any], length: int) -> bytes:
     return bytes(row[3:].view(np.uint8)[:length].tobytes())
 
 
-def _bytes_tensor(model: ComputationModel, data: bytes | int) -> torch.Tensor:
-    device = model._collective_device()
+def _bytes_tensor(model: ModelContract, data: bytes | int) -> torch.Tensor:
+    device = model.collective_device()
     if isinstance(data, int):
         return torch.empty(data, dtype=torch.uint8, device=device)
     if not data:
@@ -75,7 +74,7 @@ def _encode(value: Any) -> tuple[int, int, int, bytes]:
     )
 
 
-def broadcast_value(model: ComputationModel, value: Any, src: int, group: Any) -> Any:
+def broadcast_value(model: ModelContract, value: Any, src: int, group: Any) -> Any:
     """Broadcast a non-tensor value, or a tensor in safe mode; ``value`` is None off ``src``.
 
     If the source cannot encode its value it still sends a header (kind 0), so every rank
@@ -93,7 +92,7 @@ def broadcast_value(model: ComputationModel, value: Any, src: int, group: Any) -
     inline = payload if len(payload) <= _INLINE else b""
     if kind == codec.KIND_TENSOR and b <= _WORDS - 3:
         inline = np.asarray(value.shape, dtype="<i8").tobytes()
-    sent = model._do_broadcast(_header(model, kind, a, b, inline), src, group)
+    sent = model.do_broadcast(_header(model, kind, a, b, inline), src, group)
     row = sent.cpu().numpy()
     kind, a, b = (int(x) for x in row[:3])
     if failure is not None:
@@ -109,7 +108,7 @@ def broadcast_value(model: ComputationModel, value: Any, src: int, group: Any) -
             payload = _inline_bytes(row, a)
         else:
             data = _bytes_tensor(model, payload if is_src else a)
-            payload = _to_bytes(model._do_broadcast(data, src, group))
+            payload = _to_bytes(model.do_broadcast(data, src, group))
         text = payload.decode("utf-8")
         return text if kind == codec.KIND_STR else codec.decode_path(text)
     if kind == codec.KIND_TENSOR:
@@ -118,16 +117,16 @@ def broadcast_value(model: ComputationModel, value: Any, src: int, group: Any) -
             shape = [int(d) for d in row[3 : 3 + ndim]]
         else:
             shape_t = torch.tensor(list(value.shape) if is_src else [0] * ndim, dtype=torch.int64)
-            shape = model._do_broadcast(shape_t.to(model._collective_device()), src, group).tolist()
+            shape = model.do_broadcast(shape_t.to(model.collective_device()), src, group).tolist()
         target = value if is_src else torch.empty(shape, dtype=dtype, device=model.device())
-        return model._broadcast_tensor(target, src, group)
+        return model.broadcast_tensor(target, src, group)
     raise ValueError(f"Received an unknown broadcast header {row.tolist()}: a desynchronized job?")
 
 
-def broadcast_failure(model: ComputationModel, error: Exception, src: int, group: Any) -> None:
+def broadcast_failure(model: ModelContract, error: Exception, src: int, group: Any) -> None:
     """Tell the other ranks of a broadcast that the source ``src`` cannot send (it is about to
     raise ``error``): they raise the same exception type instead of waiting for data."""
-    model._do_broadcast(_header(model, _SEND_FAILED, _failure_code(error), 0, b""), src, group)
+    model.do_broadcast(_header(model, _SEND_FAILED, _failure_code(error), 0, b""), src, group)
 
 
 def _category(kind: int) -> str:
@@ -136,7 +135,7 @@ def _category(kind: int) -> str:
     return "text" if kind in _TEXT_KINDS else "object"
 
 
-def gather_values(model: ComputationModel, value: Any, group: Any) -> list[Any]:
+def gather_values(model: ModelContract, value: Any, group: Any) -> list[Any]:
     """All-gather non-tensor values; each comes back with its sender's exact type."""
     failure: Exception | None = None
     try:
@@ -144,7 +143,7 @@ def gather_values(model: ComputationModel, value: Any, group: Any) -> list[Any]:
     except Exception as err:  # an int past 64 bits, or whatever pickle raises
         failure, kind, second, payload = err, _SEND_FAILED, _failure_code(err), b""
     inline = payload if len(payload) <= _INLINE else b""
-    gathered = model._do_all_gather(_header(model, kind, second, inline=inline), group)
+    gathered = model.do_all_gather(_header(model, kind, second, inline=inline), group)
     rows = gathered.cpu().numpy().reshape(-1, _WORDS)
     header = [(int(r[0]), int(r[1])) for r in rows]
     _raise_if_failed(header, failure)
@@ -163,7 +162,7 @@ def gather_values(model: ComputationModel, value: Any, group: Any) -> list[Any]:
     out: list[Any] = []
     for (k, _), chunk in zip(header, chunks, strict=True):
         if k == codec.KIND_OBJECT:
-            out.append(objects.loads(chunk))  # every rank asked for objects (same category)
+            out.append(object_frames.loads(chunk))  # every rank asked for objects (same category)
         else:
             text = chunk.decode("utf-8")
             out.append(text if k == codec.KIND_STR else codec.decode_path(text))
@@ -176,7 +175,7 @@ def _encode_gathered(value: Any) -> tuple[int, int, bytes]:
     if kind in codec.NUMBER_KINDS:
         return kind, codec.encode_number(value, kind), b""
     text = kind in _TEXT_KINDS
-    payload = str(value).encode("utf-8") if text else objects.dumps(value)
+    payload = str(value).encode("utf-8") if text else object_frames.dumps(value)
     return kind, len(payload), payload
 
 
@@ -207,13 +206,13 @@ def _raise_if_failed(header: list[tuple[int, int]], failure: Exception | None) -
 
 
 def _gather_bytes(
-    model: ComputationModel, payload: bytes, sizes: Sequence[int], group: Any
+    model: ModelContract, payload: bytes, sizes: Sequence[int], group: Any
 ) -> list[bytes]:
     """All-gather byte strings whose lengths ``sizes`` every rank already knows."""
     longest = max(sizes)
     padded = torch.zeros(longest, dtype=torch.uint8)
     if payload:
         padded[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-    gathered = model._do_all_gather(padded.to(model._collective_device()), group)
+    gathered = model.do_all_gather(padded.to(model.collective_device()), group)
     rows = gathered.cpu().numpy().reshape(len(sizes), longest)
     return [bytes(rows[i, :n].tobytes()) for i, n in enumerate(sizes)]

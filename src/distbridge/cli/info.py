@@ -166,7 +166,7 @@ def _detect(env: Mapping[str, str]) -> tuple[dict[str, Any] | None, list[str], s
 def _plan(
     launch: Mapping[str, Any] | None, error: str | None, env: Mapping[str, str]
 ) -> dict[str, Any]:
-    """What ``initialize(default_backend())`` would do here, mirroring ``_native_init``."""
+    """What ``initialize(default_backend())`` would do here, mirroring ``models/native/init.py``."""
     plan: dict[str, Any] = {
         "backend": default_backend(),
         "rank": 0,

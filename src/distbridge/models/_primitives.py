@@ -4,7 +4,11 @@ A backend implements the abstract methods here: how to find or create its contex
 where this process sits, and a handful of tensor primitives. Operations many backends
 lack (reduce, gather, scatter, reduce-scatter, all-to-all, in-place all-gather) have
 default emulations built on the required primitives; override them where the backend
-has the op. The public algorithm built on all of this is ``ComputationModel``.
+has the op. The algorithms and the reliability code call the same primitives under public
+names (``do_all_reduce`` for ``_do_all_reduce``, ``group_size`` for ``_group_size``...): that
+surface is the typed contract ``distbridge.model_contract.ModelPrimitives``, and a backend
+overrides only the ``_`` hooks. The public algorithm built on all of this is
+``ComputationModel``.
 """
 
 from __future__ import annotations
@@ -288,3 +292,94 @@ class BackendPrimitives(ABC):
         """The group and device that carry pickled objects for ``group``. Default: the group
         itself on the collective device; NCCL overrides it with a CPU (gloo) group."""
         return group, self._collective_device()
+
+    # ---- the primitives under public names: what algorithms and reliability call ------------
+    # (``distbridge.model_contract.ModelPrimitives``; a backend overrides the ``_`` hooks above)
+
+    def collective_device(self) -> torch.device:
+        """Where numbers, strings and headers are encoded for this backend's collectives."""
+        return self._collective_device()
+
+    def placement(self, tensor: torch.Tensor) -> torch.device:
+        """The device on which the backend can reduce ``tensor``."""
+        return self._placement(tensor)
+
+    def native_avg(self) -> bool:
+        """Whether the backend averages itself (else AVG is SUM and a division)."""
+        return self._native_avg()
+
+    def object_transport(self, group: Any) -> tuple[Any, torch.device]:
+        """The group and device that carry pickled objects for ``group``."""
+        return self._object_transport(group)
+
+    def coordination_store(self) -> Any | None:
+        """The store every rank shares beside the communicator (None without peers)."""
+        return self._coordination_store()
+
+    def make_group(self, ranks: tuple[int, ...], **kwargs: Any) -> Any:
+        """A new group of ``ranks`` (sorted, unique, validated); every rank calls this."""
+        return self._make_group(ranks, **kwargs)
+
+    def check_group(self, group: object) -> None:
+        """TypeError unless ``group`` is a group object of this backend."""
+        self._check_group(group)
+
+    def group_size(self, group: Any) -> int:
+        """Number of ranks in ``group`` (None: the world)."""
+        return self._group_size(group)
+
+    def group_rank(self, group: Any) -> int:
+        """This process's rank within ``group`` (None: the world); -1 if not a member."""
+        return self._group_rank(group)
+
+    def group_members(self, group: Any) -> tuple[int, ...]:
+        """Global ranks of the members of ``group``, in group-rank order."""
+        return self._group_members(group)
+
+    def do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
+        """The backend's all-reduce of a placed tensor with canonical ``op``."""
+        return self._do_all_reduce(tensor, op, group)
+
+    def do_all_gather(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
+        """The backend's all-gather along dim 0 (same shape everywhere)."""
+        return self._do_all_gather(tensor, group)
+
+    def do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor:
+        """The backend's broadcast from global rank ``src``."""
+        return self._do_broadcast(tensor, src, group)
+
+    def do_barrier(self, group: Any) -> None:
+        """The backend's barrier."""
+        self._do_barrier(group)
+
+    def do_reduce(self, tensor: torch.Tensor, dst: int, op: str, group: Any) -> torch.Tensor:
+        """The backend's reduce onto global rank ``dst`` (or its emulation)."""
+        return self._do_reduce(tensor, dst, op, group)
+
+    def do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:
+        """The backend's gather onto ``dst`` (or its emulation); None elsewhere."""
+        return self._do_gather(tensor, dst, group)
+
+    def do_scatter(
+        self, chunks: list[torch.Tensor] | None, out: torch.Tensor, src: int, group: Any
+    ) -> torch.Tensor:
+        """The backend's scatter from ``src`` into ``out`` (or its emulation)."""
+        return self._do_scatter(chunks, out, src, group)
+
+    def do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
+        """The backend's reduce-scatter along dim 0 (or its emulation)."""
+        return self._do_reduce_scatter(tensor, op, group)
+
+    def do_all_to_all(
+        self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
+    ) -> torch.Tensor:
+        """The backend's flat all-to-all (or its emulation)."""
+        return self._do_all_to_all(data, in_splits, out_splits, group)
+
+    def do_all_to_all_even(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
+        """The backend's all-to-all of group-size equal chunks of dim 0 (or its emulation)."""
+        return self._do_all_to_all_even(tensor, group)
+
+    def do_all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor, group: Any) -> None:
+        """The backend's all-gather of ``tensor`` into ``out`` (or its emulation)."""
+        self._do_all_gather_into(out, tensor, group)

@@ -19,12 +19,19 @@ from typing_extensions import Self
 
 from distbridge._types import Group
 from distbridge.algorithms import all_to_all as _all_to_all
-from distbridge.algorithms import byte_view, carriers, codec, traceable, values
-from distbridge.algorithms import object_collectives as objects
-from distbridge.algorithms import reduce_gather_scatter as extra
-from distbridge.algorithms.checks import check_dense, check_reducible, divide_, write_back
+from distbridge.algorithms import (
+    byte_view,
+    carriers,
+    codec,
+    object_collectives,
+    reduce_gather_scatter,
+    traceable,
+    values,
+)
+from distbridge.algorithms.checks import check_dense, check_reducible
 from distbridge.algorithms.fast_path import FastPath
 from distbridge.algorithms.groups import GroupCache
+from distbridge.algorithms.in_place import divide_, write_back
 from distbridge.algorithms.object_frames import Serializer
 from distbridge.models._primitives import BackendPrimitives
 from distbridge.reliability import debug
@@ -36,7 +43,7 @@ from distbridge.reliability.timed_barrier import (
     check_barrier_options,
     check_name,
     check_timeout,
-    timed_barrier,
+    make_timed_barriers,
 )
 
 __all__ = ["NOT_A_MEMBER", "ComputationModel"]
@@ -59,18 +66,21 @@ class ComputationModel(BackendPrimitives):
     ledger: CollectiveLedger
 
     def __init__(self) -> None:
-        self._groups = GroupCache(self)
+        self.groups = GroupCache(self)
         self.ledger = CollectiveLedger(self._ledger_members)
-        self._timed: StoreBarrier | None = None  # made at the first timed_barrier(self)
-        self._watcher: StackWatcher | None = None
+        self._timed: StoreBarrier | None = None  # made at the first timed_barriers()
+        self._stack_watcher: StackWatcher | None = None  # made with them
         self._debug = debug.enabled_by_env()  # checked first in every public collective
         self._debug_checker = debug.CollectiveChecker()
-        # (op as given, dtype, device, layout) -> canonical op, for world all-reduces that
-        # need no conversion: see ``_remember_fast_reduce``.
-        self._fast_reduce: dict[tuple[str, torch.dtype, torch.device, torch.layout], str] = {}
-        self._fast_all_to_all = FastPath()  # one-tensor world all_to_alls
-        self._fast_scatter = FastPath()  # the out= of world scatters
-        self._fast_gather = FastPath()  # world gathers with same_shape
+        # (op as given, dtype, device, layout) -> (the op the backend runs, the divisor of an
+        # average it does not do itself, else 0), for world all-reduces that need no
+        # conversion: see ``_remember_fast_reduce``.
+        self._fast_reduce: dict[
+            tuple[str, torch.dtype, torch.device, torch.layout], tuple[str, int]
+        ] = {}
+        self.fast_all_to_all = FastPath()  # one-tensor world all_to_alls
+        self.fast_scatter = FastPath()  # the out= of world scatters
+        self.fast_gather = FastPath()  # world gathers with same_shape
 
     # ---- public collectives ------------------------------------------------------------------
 
@@ -85,16 +95,21 @@ class ComputationModel(BackendPrimitives):
             # Fast path: this op, dtype, device and layout passed every check before.
             fast = self._fast_reduce.get((op, x.dtype, x.device, x.layout))
             if fast is not None and x.is_contiguous():
-                return write_back(x, self._do_all_reduce(x, fast, None))
+                engine_op, divisor = fast
+                out = self._do_all_reduce(x, engine_op, None)
+                if divisor:
+                    divide_(out, divisor)
+                return x if out is x else write_back(x, out)
         name = codec.canonical_op(op, self.reduce_ops, self.name)
         if isinstance(x, torch.Tensor):
             check_reducible(x, name)
-            resolved = self._groups.resolve(group)
+            resolved = self.groups.resolve(group)
             if resolved is NOT_A_MEMBER:
                 return x
+            device = self._placement(x)  # asked once: the fast path and the reduction
             if resolved is None and type(op) is str:
-                self._remember_fast_reduce(x, op, name)
-            return self._reduce_tensor(x, name, resolved)
+                self._remember_fast_reduce(x, op, name, device)
+            return self._reduce_tensor(x, name, resolved, device)
         kind = codec.kind_of(x)
         if kind not in codec.NUMBER_KINDS:
             raise TypeError(
@@ -103,7 +118,7 @@ class ComputationModel(BackendPrimitives):
             )
         if kind == codec.KIND_FLOAT and name in ("AND", "OR"):
             raise TypeError(f"Reduction {name} needs an int or bool, got float {x!r}.")
-        resolved = self._groups.resolve(group)
+        resolved = self.groups.resolve(group)
         if resolved is NOT_A_MEMBER:
             return x
         dtype = torch.float64 if kind == codec.KIND_FLOAT or name == "AVG" else torch.int64
@@ -126,12 +141,12 @@ class ComputationModel(BackendPrimitives):
             return traceable.all_gather(self, x, group)
         if self._debug:
             self._check_collective("all_gather", group, x=x)
-        resolved = self._groups.resolve(group)
+        resolved = self.groups.resolve(group)
         if isinstance(x, torch.Tensor):
             check_dense(x, "all_gather")
             if resolved is NOT_A_MEMBER:
                 return x
-            return self._gather_tensor(x.unsqueeze(0) if x.dim() == 0 else x, resolved)
+            return self.gather_tensor(x.unsqueeze(0) if x.dim() == 0 else x, resolved)
         if resolved is NOT_A_MEMBER:  # as for tensors, and as ignite: the input back
             return x
         return values.gather_values(self, x, resolved)
@@ -146,13 +161,13 @@ class ComputationModel(BackendPrimitives):
             return traceable.broadcast(self, x, src, group)
         if self._debug:
             self._check_collective("broadcast", group, x=x, src=src, safe_mode=safe_mode)
-        resolved = self._groups.resolve(group)
-        self._check_root("src", src, resolved)
+        resolved = self.groups.resolve(group)
+        self.check_root("src", src, resolved)
         member = resolved is not NOT_A_MEMBER  # a rank outside the group checks as one in it
         is_src = member and self.get_rank() == src
         if isinstance(x, torch.Tensor) and not safe_mode:
             check_dense(x, "broadcast")
-            return self._broadcast_tensor(x, src, resolved) if member else x
+            return self.broadcast_tensor(x, src, resolved) if member else x
         if x is None and (is_src or not safe_mode):
             where = "the source rank" if is_src else f"rank {self.get_rank()}"
             hint = "" if is_src else " Pass safe_mode=True to let non-source ranks pass None."
@@ -180,7 +195,7 @@ class ComputationModel(BackendPrimitives):
         ids = check_barrier_options(async_op, device_ids, seconds)
         if self._debug and seconds is None:  # a timed barrier names missing ranks itself
             self._check_collective("barrier", group)
-        resolved = self._groups.resolve(group)
+        resolved = self.groups.resolve(group)
         done = CompletedBarrier() if async_op else None
         if resolved is NOT_A_MEMBER:
             return done
@@ -189,7 +204,7 @@ class ComputationModel(BackendPrimitives):
         members = self._group_members(resolved)
         if len(members) == 1:
             return done
-        timed = timed_barrier(self)
+        timed = self.timed_barriers()
         if timed is not None:
             timed.wait(members, seconds, name)
         elif math.isinf(seconds):
@@ -201,9 +216,25 @@ class ComputationModel(BackendPrimitives):
             )
         return done
 
+    def timed_barriers(self) -> StoreBarrier | None:
+        """This model's timed barriers over its coordination store (None without one), made
+        with the stack watcher beside them on first use, which must happen on every rank
+        alike (making the store may take a collective)."""
+        if self._timed is None:
+            made = make_timed_barriers(self)
+            if made is not None:
+                self._timed, self._stack_watcher = made
+        return self._timed
+
+    @property
+    def stack_watcher(self) -> StackWatcher | None:
+        """Answers the other ranks' requests for this rank's stacks (None until the timed
+        barriers are made)."""
+        return self._stack_watcher
+
     def new_group(self, ranks: Sequence[int], **kwargs: Any) -> Any:
         """A group of ``ranks``, created once per distinct rank set and options, then reused."""
-        return self._groups.get(ranks, **kwargs)
+        return self.groups.get(ranks, **kwargs)
 
     @recorded("all_gather_tensors_with_shapes", 0, 2)
     def all_gather_tensors_with_shapes(
@@ -213,7 +244,7 @@ class ComputationModel(BackendPrimitives):
         is group rank i's; see ``distbridge.all_gather_tensors_with_shapes``."""
         if self._debug:
             self._check_collective("all_gather_tensors_with_shapes", group, x=tensor, shapes=shapes)
-        return extra.all_gather_with_shapes(self, tensor, shapes, group)
+        return reduce_gather_scatter.all_gather_with_shapes(self, tensor, shapes, group)
 
     @recorded("reduce", 0, 3)
     def reduce(self, x: Any, dst: int = 0, op: str = "SUM", group: Group | None = None) -> Any:
@@ -222,7 +253,7 @@ class ComputationModel(BackendPrimitives):
             return traceable.reduce(self, x, dst, op, group)
         if self._debug:
             self._check_collective("reduce", group, x=x, dst=dst, op=op)
-        return extra.reduce(self, x, dst, op, group)
+        return reduce_gather_scatter.reduce(self, x, dst, op, group)
 
     @recorded("gather", 0, 2)
     def gather(
@@ -234,11 +265,11 @@ class ComputationModel(BackendPrimitives):
         if self._debug:
             self._check_collective("gather", group, x=x, dst=dst, same_shape=same_shape)
         fast = group is None and same_shape is True and type(x) is torch.Tensor
-        if fast and self._fast_gather.knows(x):  # a tensor like it passed the checks
-            got = extra.gather_known(self, x, dst)  # None: a bad dst
+        if fast and self.fast_gather.knows(x):  # a tensor like it passed the checks
+            got = reduce_gather_scatter.gather_known(self, x, dst)  # None: a bad dst
             if got is not None:
                 return got
-        return extra.gather(self, x, dst, group, same_shape)
+        return reduce_gather_scatter.gather(self, x, dst, group, same_shape)
 
     @recorded("scatter", 0, 2)
     def scatter(
@@ -249,11 +280,13 @@ class ComputationModel(BackendPrimitives):
             return traceable.scatter(self, tensors, src, group, out)
         if self._debug:
             self._check_collective("scatter", group, x=tensors, src=src, out=out)
-        if group is None and type(out) is torch.Tensor and self._fast_scatter.knows(out):
-            sent = extra.scatter_known(self, tensors, src, out)  # None: not plainly right
+        if group is None and type(out) is torch.Tensor and self.fast_scatter.knows(out):
+            sent = reduce_gather_scatter.scatter_known(
+                self, tensors, src, out
+            )  # None: not plainly right
             if sent is not None:
                 return sent
-        return extra.scatter(self, tensors, src, group, out)
+        return reduce_gather_scatter.scatter(self, tensors, src, group, out)
 
     @recorded("reduce_scatter", 0, 2)
     def reduce_scatter(self, tensor: Any, op: str = "SUM", group: Group | None = None) -> Any:
@@ -262,7 +295,7 @@ class ComputationModel(BackendPrimitives):
             return traceable.reduce_scatter(self, tensor, op, group)
         if self._debug:
             self._check_collective("reduce_scatter", group, x=tensor, op=op)
-        return extra.reduce_scatter(self, tensor, op, group)
+        return reduce_gather_scatter.reduce_scatter(self, tensor, op, group)
 
     @recorded("all_to_all", 0, 1)
     def all_to_all(
@@ -274,7 +307,7 @@ class ComputationModel(BackendPrimitives):
         if self._debug:
             self._check_collective("all_to_all", group, x=tensors, same_shape=same_shape)
         if group is None and type(tensors) is torch.Tensor and type(same_shape) is bool:
-            if self._fast_all_to_all.knows(tensors):  # a tensor like it passed the checks
+            if self.fast_all_to_all.knows(tensors):  # a tensor like it passed the checks
                 return self._do_all_to_all_even(tensors, None)
         elif group is None and same_shape is True and type(tensors) is list:
             got = _all_to_all.chunks_known(self, tensors)  # x.chunk(n) of a known x
@@ -289,7 +322,7 @@ class ComputationModel(BackendPrimitives):
         """Every rank's ``obj``; see ``distbridge.all_gather_object``."""
         if self._debug:
             self._check_collective("all_gather_object", group)
-        return objects.all_gather_object(self, obj, group, serializer)
+        return object_collectives.all_gather_object(self, obj, group, serializer)
 
     @recorded("gather_object", 0, 2)
     def gather_object(
@@ -302,7 +335,7 @@ class ComputationModel(BackendPrimitives):
         """Every rank's ``obj`` on ``dst``; see ``distbridge.gather_object``."""
         if self._debug:
             self._check_collective("gather_object", group, dst=dst)
-        return objects.gather_object(self, obj, dst, group, serializer)
+        return object_collectives.gather_object(self, obj, dst, group, serializer)
 
     @recorded("broadcast_object", 0, 2)
     def broadcast_object(
@@ -315,7 +348,7 @@ class ComputationModel(BackendPrimitives):
         """Rank ``src``'s ``obj`` on every rank; see ``distbridge.broadcast_object``."""
         if self._debug:
             self._check_collective("broadcast_object", group, src=src)
-        return objects.broadcast_object(self, obj, src, group, serializer)
+        return object_collectives.broadcast_object(self, obj, src, group, serializer)
 
     @recorded("scatter_object", 0, 2)
     def scatter_object(
@@ -328,7 +361,7 @@ class ComputationModel(BackendPrimitives):
         """``objs[r]`` from ``src`` on group rank r; see ``distbridge.scatter_object``."""
         if self._debug:
             self._check_collective("scatter_object", group, x=objs, src=src)
-        return objects.scatter_object(self, objs, src, group, serializer)
+        return object_collectives.scatter_object(self, objs, src, group, serializer)
 
     def _ledger_members(self, group: Any) -> Members | None:
         """The ledger's key for ``group`` (not None): its global ranks, sorted; None when
@@ -336,7 +369,7 @@ class ComputationModel(BackendPrimitives):
         if isinstance(group, list | tuple):
             members = tuple(sorted({int(r) for r in group}))
         else:
-            resolved = self._groups.resolve(group)
+            resolved = self.groups.resolve(group)
             if resolved is NOT_A_MEMBER:
                 return None
             members = tuple(sorted(self._group_members(resolved)))
@@ -357,14 +390,14 @@ class ComputationModel(BackendPrimitives):
 
     # ---- the shared algorithm ----------------------------------------------------------------
 
-    def _to_placement(self, tensor: torch.Tensor) -> torch.Tensor:
+    def to_placement(self, tensor: torch.Tensor) -> torch.Tensor:
         device = self._placement(tensor)
         if tensor.device == device and tensor.is_contiguous():
             return tensor
         return tensor.to(device).contiguous()
 
-    def _gather_tensor(self, x: torch.Tensor, group: Any) -> torch.Tensor:
-        work = self._to_placement(x)
+    def gather_tensor(self, x: torch.Tensor, group: Any) -> torch.Tensor:
+        work = self.to_placement(x)
         if work.dtype in self.uncarried_dtypes:
             raw = self._do_all_gather(byte_view.as_bytes(work), group)
             rows = self._group_size(group) * work.shape[0]
@@ -373,8 +406,8 @@ class ComputationModel(BackendPrimitives):
             out = self._do_all_gather(work, group)
         return out if out.device == x.device else out.to(x.device)
 
-    def _broadcast_tensor(self, x: torch.Tensor, src: int, group: Any) -> torch.Tensor:
-        work = self._to_placement(x)
+    def broadcast_tensor(self, x: torch.Tensor, src: int, group: Any) -> torch.Tensor:
+        work = self.to_placement(x)
         if work.dtype in self.uncarried_dtypes:
             self._do_broadcast(byte_view.as_bytes(work), src, group)  # fills work in place
             out = work
@@ -383,8 +416,13 @@ class ComputationModel(BackendPrimitives):
         # The source keeps its tensor as it is: it may be read-only (expanded, stride 0).
         return x if self.get_rank() == src else write_back(x, out)
 
-    def _reduce_tensor(self, x: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        work, back = carriers.reduction_carrier(self._to_placement(x), op, self.uncarried_dtypes)
+    def _reduce_tensor(
+        self, x: torch.Tensor, op: str, group: Any, device: torch.device
+    ) -> torch.Tensor:
+        """All-reduce tensor ``x`` in place with canonical ``op``, through ``device`` (its
+        placement) and a carrier where the backend cannot reduce its dtype as it is."""
+        placed = x if x.device == device and x.is_contiguous() else x.to(device).contiguous()
+        work, back = carriers.reduction_carrier(placed, op, self.uncarried_dtypes)
         out = self._reduce_placed(work, op, group)
         return write_back(x, out if back is None else back(out))
 
@@ -395,19 +433,23 @@ class ComputationModel(BackendPrimitives):
             return divide_(self._do_all_reduce(work, "SUM", group), self._group_size(group))
         return self._do_all_reduce(work, op, group)
 
-    def _remember_fast_reduce(self, x: torch.Tensor, op: str, name: str) -> None:
-        """Let later world all-reduces of tensors like ``x`` skip the checks ``x`` passed, when
-        ``_reduce_tensor`` would hand ``x`` to ``_do_all_reduce`` unchanged anyway."""
+    def _remember_fast_reduce(
+        self, x: torch.Tensor, op: str, name: str, device: torch.device
+    ) -> None:
+        """Let later world all-reduces of tensors like ``x`` (placed on ``device``) skip the
+        checks ``x`` passed, when ``_reduce_tensor`` would hand ``x`` to ``_do_all_reduce``
+        unchanged anyway (an average the backend does not do as a SUM and a division)."""
         direct = (
-            self._placement(x) == x.device
+            device == x.device
             and x.dtype not in self.uncarried_dtypes
             and (name not in ("MIN", "MAX") or x.dtype not in carriers.ORDERED_FLOATS)
-            and (name != "AVG" or self._native_avg())
         )
         if direct:
-            self._fast_reduce[(op, x.dtype, x.device, x.layout)] = name
+            divided = name == "AVG" and not self._native_avg()
+            sent = ("SUM", self.get_world_size()) if divided else (name, 0)
+            self._fast_reduce[(op, x.dtype, x.device, x.layout)] = sent
 
-    def _check_root(self, name: str, root: object, group: Any) -> None:
+    def check_root(self, name: str, root: object, group: Any) -> None:
         """Validate a source / destination global rank (``src``, ``dst``) for ``group``."""
         if not isinstance(root, int) or isinstance(root, bool):
             raise TypeError(f"{name} must be an int rank, got {root!r}.")

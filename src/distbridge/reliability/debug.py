@@ -34,7 +34,7 @@ from distbridge.reliability.fail_together import read_failure
 from distbridge.reliability.fingerprint import Fingerprint, call_site, describe
 
 if TYPE_CHECKING:
-    from distbridge.models.base import ComputationModel
+    from distbridge.model_contract import ModelContract
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -117,13 +117,13 @@ class CollectiveChecker:
         self._timeout: float | None = None
 
     def check(
-        self, model: ComputationModel, call: str, group: object, args: Mapping[str, Any]
+        self, model: ModelContract, call: str, group: object, args: Mapping[str, Any]
     ) -> None:
         """Compare ``call`` with the other members of ``group``; `CollectiveMismatch` on every
         rank when they differ or one does not arrive. Without peers (a world of one, a
         one-rank group, a rank outside ``group``), or with a ``group`` the collective will
         reject anyway, returns at once."""
-        store = model._coordination_store()
+        store = model.coordination_store()
         if store is None:
             return
         members = _members(model, group)
@@ -149,7 +149,7 @@ class CollectiveChecker:
         _exchange(store, prefix, model.get_rank(), mine, self._timeout, where)
 
 
-def _members(model: ComputationModel, group: object) -> tuple[int, ...] | None:
+def _members(model: ModelContract, group: object) -> tuple[int, ...] | None:
     """The sorted global ranks of ``group`` when this rank is one; None otherwise or when
     ``group`` is invalid (the collective raises its own error then)."""
     world, rank = model.get_world_size(), model.get_rank()
@@ -161,10 +161,10 @@ def _members(model: ComputationModel, group: object) -> tuple[int, ...] | None:
                 return None
             members = tuple(sorted(set(group)))
         else:
-            model._check_group(group)
-            if model._group_rank(group) < 0:
+            model.check_group(group)
+            if model.group_rank(group) < 0:
                 return None
-            members = tuple(sorted(model._group_members(group)))
+            members = tuple(sorted(model.group_members(group)))
     except (TypeError, ValueError, RuntimeError):
         return None
     return members if rank in members else None

@@ -8,14 +8,15 @@ that one, since all have arrived here), so at most two barriers' keys exist per 
 others wait for ``done`` (in the store's own wait for a second, then polling every 0.25 s):
 when it takes longer than a few seconds they log which ranks are missing, at growing
 intervals, and past the timeout they raise `BarrierTimeout`. While polling they also look for
-the failure note a failed rank leaves (``_fail_together``) and raise `PeerFailed` naming it.
+the failure note a failed rank leaves (``fail_together``) and raise `PeerFailed` naming it.
 
 A member that will never arrive (``one_rank_first``'s chosen rank, when its block raised)
 can ``abort`` the barrier instead: ``done`` then holds its message, and the waiting members
 raise ``DistributedError`` with it.
 
-A model's ``StoreBarrier``, and the stack watcher beside it, are made on first use by
-``timed_barrier(model)``; ``abort_barrier`` and ``dump_all_stacks`` act through them.
+A model's ``StoreBarrier``, and the stack watcher beside it, are made by
+``make_timed_barriers(model)`` when the model first needs them (``model.timed_barriers()``);
+``abort_barrier`` and ``dump_all_stacks`` act through them.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from distbridge.reliability.stacks import StackWatcher, dump
 
 if TYPE_CHECKING:
     from distbridge._types import Group
-    from distbridge.models.base import ComputationModel
+    from distbridge.model_contract import ModelContract
 
 __all__ = [
     "CompletedBarrier",
@@ -48,7 +49,7 @@ __all__ = [
     "check_name",
     "check_timeout",
     "dump_all_stacks",
-    "timed_barrier",
+    "make_timed_barriers",
 ]
 
 LOG = logging.getLogger("distbridge")
@@ -143,27 +144,27 @@ def _describe(name: str | None) -> str:
     return "barrier" if name is None else f"barrier {name!r}"
 
 
-def timed_barrier(model: ComputationModel) -> StoreBarrier | None:
-    """``model``'s timed barriers over the coordination store (None without one), and the
-    stack watcher beside them; made on first use, which must happen on every rank alike."""
-    if model._timed is None:
-        store = model._coordination_store()
-        if store is None:
-            return None
-        ref = weakref.ref(model)
+def make_timed_barriers(model: ModelContract) -> tuple[StoreBarrier, StackWatcher] | None:
+    """New timed barriers over ``model``'s coordination store, and the stack watcher beside
+    them (None without a store). The model makes them on first use and keeps them
+    (``model.timed_barriers()``); making the store may take a collective, so every rank
+    makes them alike."""
+    store = model.coordination_store()
+    if store is None:
+        return None
+    ref = weakref.ref(model)
 
-        def alive() -> bool:
-            current = ref()
-            return current is not None and current.is_current()
+    def alive() -> bool:
+        current = ref()
+        return current is not None and current.is_current()
 
-        model._watcher = StackWatcher(store, model.get_rank(), alive)
-        on_timeout = functools.partial(dump_all_stacks, model)
-        explain = functools.partial(_verdict, ref)
-        model._timed = StoreBarrier(store, model.get_rank(), on_timeout, explain)
-    return model._timed
+    watcher = StackWatcher(store, model.get_rank(), alive)
+    on_timeout = functools.partial(dump_all_stacks, model)
+    explain = functools.partial(_verdict, ref)
+    return StoreBarrier(store, model.get_rank(), on_timeout, explain), watcher
 
 
-def _verdict(ref: weakref.ref[ComputationModel]) -> str | None:
+def _verdict(ref: weakref.ref[ModelContract]) -> str | None:
     """The hang verdict of the model ``ref`` points to, where it can give one."""
     model = ref()
     if not isinstance(model, Explains):
@@ -171,21 +172,21 @@ def _verdict(ref: weakref.ref[ComputationModel]) -> str | None:
     return model.hang_verdict({}, ANSWER_WAIT_SECONDS)
 
 
-def dump_all_stacks(model: ComputationModel, reason: str) -> str:
+def dump_all_stacks(model: ModelContract, reason: str) -> str:
     """Log this rank's stacks and ask every rank that has a stack watcher for theirs."""
     text = dump(model.get_rank(), reason)
-    if model._watcher is not None:
-        model._watcher.request(reason)
+    if model.stack_watcher is not None:
+        model.stack_watcher.request(reason)
     return text
 
 
-def abort_barrier(model: ComputationModel, group: Group | None, message: str) -> None:
+def abort_barrier(model: ModelContract, group: Group | None, message: str) -> None:
     """Skip this rank's next timed barrier on ``group``: its members waiting there raise
     ``DistributedError(message)`` instead of waiting for this rank."""
-    resolved = model._groups.resolve(group)
-    timed = None if resolved is GroupCache.NOT_A_MEMBER else timed_barrier(model)
+    resolved = model.groups.resolve(group)
+    timed = None if resolved is GroupCache.NOT_A_MEMBER else model.timed_barriers()
     if timed is not None:
-        timed.abort(model._group_members(resolved), message)
+        timed.abort(model.group_members(resolved), message)
 
 
 class StoreBarrier:
@@ -271,7 +272,7 @@ class StoreBarrier:
             raise self._unreachable(err, name) from err
 
     def _check_peers(self, name: str | None) -> None:
-        """`PeerFailed` when a rank of the job left a failure note (see ``_fail_together``)."""
+        """`PeerFailed` when a rank of the job left a failure note (see ``fail_together``)."""
         note = read_failure(self._store)
         if note is not None:
             rank, summary = note

@@ -3,7 +3,7 @@
 Horovod is imported only inside methods, so ``import distbridge`` never loads it. Where a
 process sits (rank, local rank, nodes) comes from Horovod itself. Horovod lacks some dtypes
 and the bitwise reductions; they are carried exactly here: narrow types are widened,
-unsigned ones go through ``_carriers``, complex sums reduce their real view, and AND / OR
+unsigned ones go through ``carriers``, complex sums reduce their real view, and AND / OR
 (and a complex PRODUCT) fold an all-gather. Every operation carries an explicit name, so
 ranks that sit out a group's operations never disagree with the others about the next name.
 """
@@ -29,8 +29,13 @@ from distbridge.models._layout import Layout, LayoutQueries, visible_gpus
 from distbridge.models.base import ComputationModel
 from distbridge.models.horovod import dtypes as hvd_dtypes
 from distbridge.models.horovod.alltoall import HorovodAllToAll
-from distbridge.models.horovod.env import environ, hvd_module, mpi_outlives_shutdown, unavailable
 from distbridge.models.horovod.failure import HorovodFailTogether
+from distbridge.models.horovod.runtime import (
+    environ,
+    hvd_module,
+    mpi_outlives_shutdown,
+    unavailable,
+)
 from distbridge.reliability import coordination, fail_together
 from distbridge.reliability.debug import debug_flag
 
@@ -192,7 +197,7 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
             if self._hvd.mpi_enabled() and not mpi_outlives_shutdown(self._hvd):
                 engines.mpi_finalized = True  # hvd.shutdown() ends MPI for this process
             self._hvd.shutdown()
-        self._groups.clear()
+        self.groups.clear()
         self._store = None
 
     # ---- primitives --------------------------------------------------------------------------
@@ -231,7 +236,7 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
             self._do_all_reduce(torch.view_as_real(tensor), op, group)  # in place
             return tensor
         if dtype in carriers.UNCARRIED_BY_C10D:
-            carrier, back = carriers.reduce_carrier(tensor, op)
+            carrier, back = carriers.integer_carrier(tensor, op)
             return back(self._reduce(carrier, op, group))
         wider = hvd_dtypes.WIDER.get(dtype)
         if wider is None:

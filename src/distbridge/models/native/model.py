@@ -260,7 +260,7 @@ class NativeModel(LayoutQueries, ComputationModel):
         if self.is_current():  # the peers tell "left" from "failed"
             fail_together.leave(self._layout.rank, self._layout.world_size, self.abort_communicator)
             dist.destroy_process_group()
-        self._groups.clear()
+        self.groups.clear()
         self._store = None
         _restore_env(self._env_restore)
         self._env_restore.clear()
@@ -321,9 +321,10 @@ class NativeModel(LayoutQueries, ComputationModel):
     @override
     @fail_together.translate_peer_failure
     def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        if op in self._folded_ops or ops.folds_product(tensor, op):
+        torch_op = None if op in self._folded_ops else ops.torch_op(tensor.dtype, op)
+        if torch_op is None:
             return tensor.copy_(all_reduce_by_fold(self, tensor, op, group))
-        dist.all_reduce(tensor, op=ops.torch_op(tensor, op), group=group)
+        dist.all_reduce(tensor, op=torch_op, group=group)
         return tensor
 
     @override
@@ -362,14 +363,15 @@ class NativeModel(LayoutQueries, ComputationModel):
             return group, _CPU
         # Objects never travel through accelerator memory: a gloo group over the same ranks.
         ranks = self._group_members(group)
-        return self._groups.get(ranks, backend="gloo"), _CPU
+        return self.groups.get(ranks, backend="gloo"), _CPU
 
     @override
     @fail_together.translate_peer_failure
     def _do_reduce(self, tensor: torch.Tensor, dst: int, op: str, group: Any) -> torch.Tensor:
-        if ops.folds_product(tensor, op):
+        torch_op = ops.torch_op(tensor.dtype, op)
+        if torch_op is None:
             return self._do_all_reduce(tensor, op, group)
-        dist.reduce(tensor, dst=dst, op=ops.torch_op(tensor, op), group=group)
+        dist.reduce(tensor, dst=dst, op=torch_op, group=group)
         return tensor
 
     @override
@@ -394,10 +396,11 @@ class NativeModel(LayoutQueries, ComputationModel):
     @override
     @fail_together.translate_peer_failure
     def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        if "reduce_scatter" not in self._emulated and not ops.folds_product(tensor, op):
+        torch_op = ops.torch_op(tensor.dtype, op)
+        if "reduce_scatter" not in self._emulated and torch_op is not None:
             out = tensor.new_empty((tensor.shape[0] // self._group_size(group), *tensor.shape[1:]))
             try:
-                ops.reduce_scatter_single(out, tensor, op=ops.torch_op(tensor, op), group=group)
+                ops.reduce_scatter_single(out, tensor, op=torch_op, group=group)
                 return out
             except RuntimeError as err:
                 self._fall_back("reduce_scatter", err)

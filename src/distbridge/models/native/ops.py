@@ -1,7 +1,7 @@
 """How the native model hands reductions and single-tensor collectives to torch.distributed.
 
-c10d reduces complex tensors by SUM and AVG only (a PRODUCT is folded from an all-gather),
-and adds bools as bytes (two Trues give the byte 2), so a bool SUM goes as MAX.
+Which reduction c10d runs for a canonical op is ``algorithms/c10d_rules.py``'s rule (a bool
+SUM as MAX, a complex PRODUCT folded), shared with the traceable path of torch.compile.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from distbridge.algorithms.c10d_rules import c10d_op
+
 __all__ = [
     "NON_MEMBER",
     "all_gather_single",
-    "folds_product",
     "reduce_scatter_single",
     "torch_op",
 ]
@@ -38,11 +39,16 @@ if dist.is_available():
     NON_MEMBER = dist.GroupMember.NON_GROUP_MEMBER
 
 
-def folds_product(tensor: torch.Tensor, op: str) -> bool:
-    """Whether ``op`` on ``tensor`` must be folded: torch has no complex PRODUCT."""
-    return op == "PRODUCT" and tensor.is_complex()
+_BY_DTYPE: dict[tuple[torch.dtype, str], Any] = {}  # (dtype, op) -> torch_op's answer
 
 
-def torch_op(tensor: torch.Tensor, op: str) -> Any:
-    """The ``dist.ReduceOp`` that reduces ``tensor`` by the canonical ``op`` exactly."""
-    return _OPS["MAX" if op == "SUM" and tensor.dtype is torch.bool else op]
+def torch_op(dtype: torch.dtype, op: str) -> Any:
+    """The ``dist.ReduceOp`` that reduces tensors of ``dtype`` by the canonical ``op`` exactly;
+    None where c10d has none and the reduction is folded (``c10d_rules.c10d_op``). Remembered
+    per dtype and op: a training loop asks it once."""
+    try:
+        return _BY_DTYPE[(dtype, op)]
+    except KeyError:
+        name = c10d_op(dtype, op)
+        answer = _BY_DTYPE[(dtype, op)] = None if name is None else _OPS[name]
+        return answer

@@ -1,5 +1,5 @@
 """Exact dtypes on an XLA device: which ones the device holds bit for bit (where it does not,
-xla.py reduces with ``_fold``). Pure torch: nothing here imports torch_xla."""
+the XLA model reduces with ``algorithms/fold.py``). Pure torch: nothing here imports torch_xla."""
 
 from __future__ import annotations
 

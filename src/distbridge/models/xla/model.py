@@ -43,8 +43,13 @@ from distbridge.models._default_group import default_pg as _default_pg
 from distbridge.models._engine_state import engines
 from distbridge.models._layout import Layout, LayoutQueries
 from distbridge.models.base import ComputationModel
+from distbridge.models.xla.availability import (
+    BACKEND,
+    IMPORT_FAILURE,
+    import_modules,
+    install_problem,
+)
 from distbridge.models.xla.dtypes import round_trips
-from distbridge.models.xla.install import BACKEND, IMPORT_FAILURE, import_modules, install_problem
 from distbridge.reliability import coordination
 from distbridge.reliability.debug import debug_flag
 
@@ -221,7 +226,7 @@ class XlaModel(LayoutQueries, ComputationModel):
             dist.destroy_process_group()
         self._live = False
         engines.xla_left = True
-        self._groups.clear()
+        self.groups.clear()
         self._store = None
 
     # ---- primitives --------------------------------------------------------------------------

@@ -1,0 +1,122 @@
+"""The layers hold for calls as well as imports: nothing outside ``models/`` touches a
+private member of a computation model, and what it may use (``distbridge.model_contract``)
+exists, public, on every model."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+from distbridge.model_contract import ModelContract, ModelPrimitives
+from distbridge.models.serial import SerialModel
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "distbridge"
+MODELS = SRC / "models"
+
+
+def _private_model_members() -> set[str]:
+    """Every ``_name`` (not dunder) that a class under models/ defines: its methods, and the
+    attributes its methods assign on ``self``."""
+    names: set[str] = set()
+    for path in MODELS.rglob("*.py"):
+        for cls in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            for node in ast.walk(cls):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    names.add(node.name)
+                elif (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.ctx, ast.Store)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "self"
+                ):
+                    names.add(node.attr)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def _violations(path: Path, private: set[str], root: Path = SRC) -> list[str]:
+    """``file:line expr`` for each private model member used in ``path`` on anything but
+    ``self`` / ``cls``, and for any ``model._x`` at all."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+            continue
+        if node.attr.startswith("__"):
+            continue
+        owner = node.value
+        on_itself = isinstance(owner, ast.Name) and owner.id in ("self", "cls")
+        named_model = isinstance(owner, ast.Name) and owner.id in ("model", "m")
+        if named_model or (node.attr in private and not on_itself):
+            where = f"{path.relative_to(root)}:{node.lineno}"
+            found.append(f"{where} {ast.unparse(node)}")
+    return found
+
+
+def test_the_check_sees_the_private_members() -> None:
+    private = _private_model_members()
+    # the hooks a backend overrides, and state the base class keeps, are found
+    assert {"_do_all_reduce", "_group_size", "_placement", "_fast_reduce", "_timed"} <= private
+
+
+def test_nothing_outside_the_models_touches_a_private_member_of_a_model() -> None:
+    private = _private_model_members()
+    outside = [p for p in SRC.rglob("*.py") if MODELS not in p.parents]
+    assert len(outside) > 50
+    violations = [v for p in outside for v in _violations(p, private)]
+    assert violations == [], "use distbridge.model_contract's public names:\n" + "\n".join(
+        violations
+    )
+
+
+def test_the_check_fails_on_a_private_call(tmp_path: Path) -> None:
+    private = _private_model_members()
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f(model, x):\n    return model._do_all_reduce(x, 'SUM', None)\n")
+    assert _violations(probe, private, tmp_path) == ["probe.py:2 model._do_all_reduce"]
+    probe.write_text("def f(thing):\n    return thing._group_size(None)\n")
+    assert _violations(probe, private, tmp_path) == ["probe.py:2 thing._group_size"]
+    probe.write_text("class A:\n    def f(self):\n        return self._group_size(None)\n")
+    assert _violations(probe, private, tmp_path) == []
+
+
+def _members(protocol: type) -> list[str]:
+    return sorted(
+        name
+        for klass in protocol.__mro__
+        if klass.__name__ in ("ModelContract", "ModelPrimitives")
+        for name in (*vars(klass), *getattr(klass, "__annotations__", {}))
+        if not name.startswith("_")
+    )
+
+
+@pytest.mark.parametrize("protocol", [ModelPrimitives, ModelContract])
+def test_every_member_of_the_contract_is_public_and_on_every_model(protocol: type) -> None:
+    model = SerialModel()
+    members = _members(protocol)
+    assert "do_all_reduce" in members
+    missing = [name for name in members if not hasattr(model, name)]
+    assert missing == []
+
+
+def test_the_public_primitives_answer_as_the_hooks() -> None:
+    """Each public name gives what its ``_`` hook gives (the serial model, a world of one)."""
+    model = SerialModel()
+    x = torch.arange(6.0).reshape(3, 2)
+    assert model.group_size(None) == model._group_size(None) == 1
+    assert model.group_rank(None) == model._group_rank(None) == 0
+    assert model.group_members(None) == model._group_members(None) == (0,)
+    assert model.collective_device() == model._collective_device()
+    assert model.placement(x) == model._placement(x)
+    assert model.native_avg() == model._native_avg()
+    assert model.coordination_store() is None
+    assert torch.equal(model.do_all_reduce(x.clone(), "SUM", None), x)
+    assert torch.equal(model.do_all_gather(x.clone(), None), x)
+    assert torch.equal(model.do_broadcast(x.clone(), 0, None), x)
+    assert torch.equal(model.do_reduce_scatter(x.clone(), "SUM", None), x)
+    out = torch.empty_like(x)
+    model.do_all_gather_into(out, x, None)
+    assert torch.equal(out, x)
