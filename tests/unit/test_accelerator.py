@@ -11,6 +11,7 @@ import distbridge as idist
 from distbridge.environments import LaunchEnvironment
 from distbridge.models import _accelerator as acc
 from distbridge.models._layout import Layout
+from distbridge.models.native import backends as native_backends
 from distbridge.models.native import model as native_model
 from distbridge.models.native.init import bound_device, known_local_rank
 
@@ -106,9 +107,9 @@ def _layout(local_rank: int, nproc: int) -> Layout:
 def test_a_backend_computes_on_the_accelerator_it_takes(
     monkeypatch: pytest.MonkeyPatch, accelerator: str | None, backend: str, want: str
 ) -> None:
-    monkeypatch.setattr(native_model, "accelerator_type", lambda: accelerator)
-    monkeypatch.setattr(native_model, "accelerator_count", lambda: 2 if accelerator else 0)
-    assert str(native_model._device_for(backend, _layout(1, 2))) == want
+    monkeypatch.setattr(native_backends, "accelerator_type", lambda: accelerator)
+    monkeypatch.setattr(native_backends, "accelerator_count", lambda: 2 if accelerator else 0)
+    assert str(native_backends.device_for(backend, _layout(1, 2))) == want
 
 
 def test_the_native_backends_are_torch_s_then_registered_ones() -> None:

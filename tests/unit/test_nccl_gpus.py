@@ -6,8 +6,8 @@ import pytest
 
 from distbridge.launch import native as launch_native
 from distbridge.models.native import NativeModel
-from distbridge.models.native import init as native_init
-from distbridge.models.native.init import nccl_gpu_problem
+from distbridge.models.native import gpus as native_gpus
+from distbridge.models.native.gpus import nccl_gpu_problem
 
 
 def test_enough_gpus_is_no_problem() -> None:
@@ -39,7 +39,7 @@ def test_no_gpu_at_all() -> None:
 
 
 def test_spawn_refuses_before_starting_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(native_init, "visible_gpus", lambda: 1)
+    monkeypatch.setattr(native_gpus, "visible_gpus", lambda: 1)
     started = []
     monkeypatch.setattr(launch_native, "run_workers", lambda *a, **k: started.append(a))
     with pytest.raises(ValueError, match=r"spawn\(nproc_per_node=2\): Backend 'nccl' needs"):

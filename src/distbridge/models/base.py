@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any, Final
+from typing import Any
 
 import torch
 from typing_extensions import Self
@@ -20,7 +20,6 @@ from typing_extensions import Self
 from distbridge._types import Group
 from distbridge.algorithms import all_to_all as _all_to_all
 from distbridge.algorithms import (
-    byte_view,
     carriers,
     codec,
     object_collectives,
@@ -29,47 +28,33 @@ from distbridge.algorithms import (
     values,
 )
 from distbridge.algorithms.checks import check_dense, check_reducible
-from distbridge.algorithms.fast_path import FastPath
-from distbridge.algorithms.groups import GroupCache
 from distbridge.algorithms.in_place import divide_, write_back
 from distbridge.algorithms.object_frames import Serializer
-from distbridge.models._primitives import BackendPrimitives
+from distbridge.models.surface import NOT_A_MEMBER, ModelSurface
 from distbridge.reliability import debug
-from distbridge.reliability.ledger import CollectiveLedger, Members, recorded
-from distbridge.reliability.stacks import StackWatcher
+from distbridge.reliability.ledger import recorded
 from distbridge.reliability.timed_barrier import (
     CompletedBarrier,
-    StoreBarrier,
     check_barrier_options,
     check_name,
     check_timeout,
-    make_timed_barriers,
 )
 
 __all__ = ["NOT_A_MEMBER", "ComputationModel"]
 
-NOT_A_MEMBER: Final = GroupCache.NOT_A_MEMBER
 _compiling = torch.compiler.is_compiling  # True while torch.compile traces (Dynamo knows it)
 
 
-class ComputationModel(BackendPrimitives):
+class ComputationModel(ModelSurface):
     """A distributed backend: the public algorithm of every collective, written once.
 
     Subclass it, implement the abstract methods of ``BackendPrimitives`` and register
-    the class to add a backend. Everything here is the same for every backend.
-
-    Attributes:
-        ledger: this rank's recent public collectives, per group (always on; read by the
-            hang verdict, see ``distbridge.reliability.ledger``).
+    the class to add a backend. Everything here is the same for every backend; what the
+    code below the models may use of it is ``ModelSurface``'s (``models/surface.py``).
     """
 
-    ledger: CollectiveLedger
-
     def __init__(self) -> None:
-        self.groups = GroupCache(self)
-        self.ledger = CollectiveLedger(self._ledger_members)
-        self._timed: StoreBarrier | None = None  # made at the first timed_barriers()
-        self._stack_watcher: StackWatcher | None = None  # made with them
+        super().__init__()
         self._debug = debug.enabled_by_env()  # checked first in every public collective
         self._debug_checker = debug.CollectiveChecker()
         # (op as given, dtype, device, layout) -> (the op the backend runs, the divisor of an
@@ -78,9 +63,6 @@ class ComputationModel(BackendPrimitives):
         self._fast_reduce: dict[
             tuple[str, torch.dtype, torch.device, torch.layout], tuple[str, int]
         ] = {}
-        self.fast_all_to_all = FastPath()  # one-tensor world all_to_alls
-        self.fast_scatter = FastPath()  # the out= of world scatters
-        self.fast_gather = FastPath()  # world gathers with same_shape
 
     # ---- public collectives ------------------------------------------------------------------
 
@@ -216,22 +198,6 @@ class ComputationModel(BackendPrimitives):
             )
         return done
 
-    def timed_barriers(self) -> StoreBarrier | None:
-        """This model's timed barriers over its coordination store (None without one), made
-        with the stack watcher beside them on first use, which must happen on every rank
-        alike (making the store may take a collective)."""
-        if self._timed is None:
-            made = make_timed_barriers(self)
-            if made is not None:
-                self._timed, self._stack_watcher = made
-        return self._timed
-
-    @property
-    def stack_watcher(self) -> StackWatcher | None:
-        """Answers the other ranks' requests for this rank's stacks (None until the timed
-        barriers are made)."""
-        return self._stack_watcher
-
     def new_group(self, ranks: Sequence[int], **kwargs: Any) -> Any:
         """A group of ``ranks``, created once per distinct rank set and options, then reused."""
         return self.groups.get(ranks, **kwargs)
@@ -363,18 +329,6 @@ class ComputationModel(BackendPrimitives):
             self._check_collective("scatter_object", group, x=objs, src=src)
         return object_collectives.scatter_object(self, objs, src, group, serializer)
 
-    def _ledger_members(self, group: Any) -> Members | None:
-        """The ledger's key for ``group`` (not None): its global ranks, sorted; None when
-        this rank is not a member."""
-        if isinstance(group, list | tuple):
-            members = tuple(sorted({int(r) for r in group}))
-        else:
-            resolved = self.groups.resolve(group)
-            if resolved is NOT_A_MEMBER:
-                return None
-            members = tuple(sorted(self._group_members(resolved)))
-        return members if self.get_rank() in members else None
-
     # ---- debug mode --------------------------------------------------------------------------
 
     def _check_collective(self, call: str, group: Any, **args: Any) -> None:
@@ -388,33 +342,7 @@ class ComputationModel(BackendPrimitives):
             self._debug = debug_flag
         return self
 
-    # ---- the shared algorithm ----------------------------------------------------------------
-
-    def to_placement(self, tensor: torch.Tensor) -> torch.Tensor:
-        device = self._placement(tensor)
-        if tensor.device == device and tensor.is_contiguous():
-            return tensor
-        return tensor.to(device).contiguous()
-
-    def gather_tensor(self, x: torch.Tensor, group: Any) -> torch.Tensor:
-        work = self.to_placement(x)
-        if work.dtype in self.uncarried_dtypes:
-            raw = self._do_all_gather(byte_view.as_bytes(work), group)
-            rows = self._group_size(group) * work.shape[0]
-            out = byte_view.from_bytes(raw, work.dtype, (rows, *work.shape[1:]))
-        else:
-            out = self._do_all_gather(work, group)
-        return out if out.device == x.device else out.to(x.device)
-
-    def broadcast_tensor(self, x: torch.Tensor, src: int, group: Any) -> torch.Tensor:
-        work = self.to_placement(x)
-        if work.dtype in self.uncarried_dtypes:
-            self._do_broadcast(byte_view.as_bytes(work), src, group)  # fills work in place
-            out = work
-        else:
-            out = self._do_broadcast(work, src, group)
-        # The source keeps its tensor as it is: it may be read-only (expanded, stride 0).
-        return x if self.get_rank() == src else write_back(x, out)
+    # ---- all_reduce's own steps ---------------------------------------------------------------
 
     def _reduce_tensor(
         self, x: torch.Tensor, op: str, group: Any, device: torch.device
@@ -448,18 +376,6 @@ class ComputationModel(BackendPrimitives):
             divided = name == "AVG" and not self._native_avg()
             sent = ("SUM", self.get_world_size()) if divided else (name, 0)
             self._fast_reduce[(op, x.dtype, x.device, x.layout)] = sent
-
-    def check_root(self, name: str, root: object, group: Any) -> None:
-        """Validate a source / destination global rank (``src``, ``dst``) for ``group``."""
-        if not isinstance(root, int) or isinstance(root, bool):
-            raise TypeError(f"{name} must be an int rank, got {root!r}.")
-        world = self.get_world_size()
-        if not 0 <= root < world:
-            raise ValueError(f"{name}={root} is not a rank of this world of size {world}.")
-        if group is not None and group is not NOT_A_MEMBER:
-            members = self._group_members(group)
-            if root not in members:
-                raise ValueError(f"{name}={root} is not a member of the group {list(members)}.")
 
     def __repr__(self) -> str:
         return (

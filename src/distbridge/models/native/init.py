@@ -22,17 +22,15 @@ from distbridge.models._layout import (
     layout_from_env,
     layout_from_store,
     node_name,
-    visible_gpus,
 )
+from distbridge.models.native.gpus import check_nccl_gpus
 
 __all__ = [
     "as_timeout",
     "bound_device",
-    "check_nccl_gpus",
     "init_process_group",
     "join_job",
     "known_local_rank",
-    "nccl_gpu_problem",
     "rendezvous_address",
 ]
 
@@ -105,16 +103,8 @@ def init_process_group(
         dist.init_process_group(backend, store=HashStore(), rank=0, world_size=1, **extra)
     else:
         filled = fill_rendezvous_defaults()
-        try:
-            dist.init_process_group(backend, init_method="env://", **extra)
-        except RuntimeError as err:  # DistNetworkError / DistStoreError: nobody there in time
-            where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
-            how = f" ({', '.join(filled)} unset: ignite's default)" if filled else ""
-            raise DistributedError(
-                f"Rank {launch.rank} of {launch.world_size} could not meet its peers at "
-                f"{where}{how} within the timeout: start every rank with the same "
-                f"MASTER_ADDR / MASTER_PORT, and rank 0 too. ({err})"
-            ) from err
+        how = f" ({', '.join(filled)} unset: ignite's default)" if filled else ""
+        _meet_peers(backend, extra, "env://", launch.rank, launch.world_size, how)
 
 
 #: What ignite fills in when RANK / WORLD_SIZE are set by hand without an address: every
@@ -155,6 +145,23 @@ def _explicit_init(
         world_size = launch.world_size
     if init_method.startswith("env://"):
         fill_rendezvous_defaults()
+    _meet_peers(backend, extra, init_method, rank, world_size)
+
+
+def _meet_peers(
+    backend: str,
+    extra: dict[str, Any],
+    init_method: str,
+    rank: int | None,
+    world_size: int | None,
+    how: str = "",
+) -> None:
+    """``init_process_group`` at ``init_method`` (rank and world size None: read by torch).
+
+    Raises:
+        DistributedError: the peers were not met there in time, or the address refused; the
+            message names the address (``how``: what to add about it).
+    """
     try:
         dist.init_process_group(
             backend,
@@ -169,9 +176,10 @@ def _explicit_init(
         else:
             where = init_method
         raise DistributedError(
-            f"Rank {rank} of {world_size} could not meet its peers at {where!r} "
-            f"(init_method={init_method!r}): {str(err).rstrip('.')}. Start every rank with the "
-            "same init_method and world_size, and check that the address is reachable."
+            f"Rank {rank} of {world_size} could not meet its peers at {where}{how} "
+            f"(init_method={init_method!r}) within the timeout: {str(err).rstrip('.')}. Start "
+            "every rank, rank 0 too, with the same init_method (for env://: MASTER_ADDR and "
+            "MASTER_PORT) and world_size, and check that the address is reachable."
         ) from err
 
 
@@ -326,51 +334,6 @@ def as_timeout(timeout: object) -> timedelta | None:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}.")
         return timedelta(seconds=timeout)
     raise TypeError(f"timeout must be a datetime.timedelta or seconds, got {timeout!r}.")
-
-
-def spawn_gpu_problem(processes_on_node: int) -> str | None:
-    """Why NCCL workers cannot start here, ``processes_on_node`` of them, or None if they can
-    (spawn asks before any worker starts)."""
-    return nccl_gpu_problem(visible_gpus(), processes_on_node=processes_on_node)
-
-
-def nccl_gpu_problem(
-    gpus: int, *, processes_on_node: int | None = None, local_rank: int | None = None
-) -> str | None:
-    """Why NCCL cannot give each process of this node a GPU of its own, or None if it can.
-
-    NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), and local rank ``r``
-    computes on ``cuda:r``; a process without a GPU would fail later, or hang its peers.
-    """
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    seen = f"{gpus} visible CUDA GPU{'' if gpus == 1 else 's'}" + (
-        "" if visible is None else f" (CUDA_VISIBLE_DEVICES={visible!r})"
-    )
-    fix = f"start at most {gpus} processes per node, or use the 'gloo' backend."
-    if gpus == 0:
-        return (
-            f"Backend 'nccl' needs a CUDA GPU per process, and this machine has {seen}; use 'gloo'."
-        )
-    if processes_on_node is not None and processes_on_node > gpus:
-        return (
-            f"Backend 'nccl' needs a CUDA GPU per process: {processes_on_node} processes on "
-            f"this node, {seen}; {fix}"
-        )
-    if local_rank is not None and local_rank >= gpus:
-        return (
-            f"Backend 'nccl' needs a CUDA GPU per process: local rank {local_rank} would "
-            f"compute on cuda:{local_rank}, and this machine has {seen}; {fix}"
-        )
-    return None
-
-
-def check_nccl_gpus(processes_on_node: int | None, local_rank: int | None) -> None:
-    """``DistributedError`` with ``nccl_gpu_problem``'s reason, if there is one."""
-    problem = nccl_gpu_problem(
-        visible_gpus(), processes_on_node=processes_on_node, local_rank=local_rank
-    )
-    if problem is not None:
-        raise DistributedError(problem)
 
 
 def join_job(

@@ -25,11 +25,7 @@ from distbridge.algorithms.groups import not_a_group
 from distbridge.errors import BackendUnavailableError, DistributedError
 from distbridge.launch.native import spawn_native
 from distbridge.models._accelerator import (
-    accelerator_count,
-    accelerator_type,
     backend_device_types,
-    registered_backends,
-    takes_cpu_tensors,
 )
 from distbridge.models._default_group import default_pg as _default_pg
 from distbridge.models._layout import (
@@ -40,23 +36,22 @@ from distbridge.models._layout import (
 )
 from distbridge.models.base import ComputationModel
 from distbridge.models.native import ops
+from distbridge.models.native.backends import NativeBackends, backend_of, device_for
 from distbridge.models.native.checks import (
     backend_problem,
     check_group_options,
     optional_argument,
 )
+from distbridge.models.native.failure import NativeFailTogether
+from distbridge.models.native.gpus import spawn_gpu_problem
 from distbridge.models.native.init import (
     DEFAULT_MASTER,
     as_timeout,
     join_job,
-    spawn_gpu_problem,
 )
 from distbridge.reliability import coordination, fail_together
 from distbridge.reliability.connections import Connections
 from distbridge.reliability.debug import debug_flag
-from distbridge.reliability.failure_watch import FailureWatch, start_watch
-from distbridge.reliability.hang_report import Reporter, collect
-from distbridge.reliability.verdict import verdict
 
 __all__ = ["NativeModel"]
 
@@ -69,47 +64,11 @@ SPAWN_OPTIONS = (
 )  # fmt: skip
 
 
-def _backend_of(pg: Any) -> str | None:
-    """The backend ("gloo", "nccl", a registered one, ...) of a process group of this model;
-    None for others (e.g. xla)."""
-    name = str(dist.get_backend(pg)).lower()
-    backends = native_backends()
-    if name in backends:
-        return name
-    for backend in backends:  # a name that holds it, e.g. a device map "cuda:nccl"
-        if backend in name:
-            return backend
-    return None
-
-
-class _NativeBackends:
-    """``NativeModel.backends``, read when asked: torch's nccl, gloo, mpi (and xccl where
-    torch has it), then any backend registered with ``Backend.register_backend`` since."""
-
-    def __get__(self, instance: object, owner: type) -> tuple[str, ...]:
-        return native_backends()
-
-
-def native_backends() -> tuple[str, ...]:
-    """The backends the native model runs now: built-in, then registered ones."""
-    built_in = ("nccl", "gloo", "mpi", "xccl") if hasattr(dist, "is_xccl_available") else ()
-    return (*(built_in or ("nccl", "gloo", "mpi")), *registered_backends())
-
-
-def _device_for(backend: str, layout: Layout) -> torch.device:
-    """This rank's accelerator where ``backend`` takes its tensors (or needs one, as NCCL
-    does), else the CPU: gloo on a CUDA machine computes on CUDA, on an XPU one on the CPU."""
-    kind = accelerator_type()
-    usable = kind is not None and kind in backend_device_types(backend)
-    count = accelerator_count() if usable else 0
-    return layout.device(count, gpu_required=not takes_cpu_tensors(backend), kind=kind or "cuda")
-
-
-class NativeModel(LayoutQueries, ComputationModel):
+class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
     """torch.distributed: nccl, gloo or mpi."""
 
     name: ClassVar[str] = "native-dist"
-    backends: ClassVar[tuple[str, ...]] = _NativeBackends()  # type: ignore[assignment]
+    backends: ClassVar[tuple[str, ...]] = NativeBackends()  # type: ignore[assignment]
     priority: ClassVar[int] = 0
     uncarried_dtypes: ClassVar[frozenset[torch.dtype]] = UNCARRIED_BY_C10D
     functional_collectives: ClassVar[bool] = True
@@ -134,9 +93,7 @@ class NativeModel(LayoutQueries, ComputationModel):
         self._emulated: set[str] = set()  # ops this backend refused; the base class emulates them
         self._store: Any = None  # the coordination store, made on first use
         self._connections = connections or Connections()  # cut when this rank fails
-        self._watch: FailureWatch | None = None  # learns of a peer's failure (initialize only)
-        self._reporter: Reporter | None = None  # publishes the ledger (initialize only)
-        self._device = _device_for(backend, layout)
+        self._device = device_for(backend, layout)
         self._device_types = backend_device_types(backend)  # what its collectives take
         self._takes_cpu = "cpu" in self._device_types
         # Reductions the backend lacks, folded from an all-gather: NCCL has no bitwise ones.
@@ -169,7 +126,7 @@ class NativeModel(LayoutQueries, ComputationModel):
     def from_context(cls) -> Self | None:
         if not cls.has_context():
             return None
-        backend = _backend_of(None)
+        backend = backend_of(None)
         if backend is None:
             return None
         rank, world = dist.get_rank(), dist.get_world_size()
@@ -211,10 +168,7 @@ class NativeModel(LayoutQueries, ComputationModel):
         env_set = {**filled, **export_layout(layout)}
         model = cls(backend, layout, env_set=env_set, connections=connections)
         if layout.world_size > 1:  # a failure here or on a peer ends the others' collectives
-            rank, abort = layout.rank, model.abort_communicator
-            fail_together.install_excepthook(rank, layout.world_size, abort)
-            model._watch = start_watch(coordination.default_store(), rank, abort)
-            model._reporter = model._start_reporter()
+            model._start_failing_together()
         return model._set_debug(debug)
 
     @classmethod
@@ -252,55 +206,14 @@ class NativeModel(LayoutQueries, ComputationModel):
 
     @override
     def finalize(self) -> None:
-        fail_together.uninstall_excepthook()
-        if self._watch is not None:
-            self._watch.stop()
-        if self._reporter is not None:
-            self._reporter.stop()
-        if self.is_current():  # the peers tell "left" from "failed"
-            fail_together.leave(self._layout.rank, self._layout.world_size, self.abort_communicator)
+        current = self.is_current()
+        self._leave_job(current)
+        if current:
             dist.destroy_process_group()
         self.groups.clear()
         self._store = None
         _restore_env(self._env_restore)
         self._env_restore.clear()
-
-    def abort_communicator(self) -> None:
-        """Cut this rank off its peers after a failure, so that their collectives fail now."""
-        fail_together.abort_communicator(self._backend, self._connections)
-
-    def known_failure(self) -> tuple[int, str] | None:
-        """The failure note this rank's watcher read, if one came."""
-        return None if self._watch is None else self._watch.note
-
-    def _start_reporter(self) -> Reporter | None:
-        store = coordination.default_store()
-        if store is None:
-            return None
-        ref = weakref.ref(self)
-
-        def alive() -> bool:
-            model = ref()
-            return model is not None and model.is_current()
-
-        try:
-            return Reporter(store, self._layout.rank, self.ledger, alive, self._layout.world_size)
-        except RuntimeError:  # a store that cannot be cloned or reached: no verdicts
-            return None
-
-    def hang_verdict(self, notes: Mapping[int, str], wait: float) -> str | None:
-        """Who is at fault, from every rank's ledger asked through the job's store for up to
-        ``wait`` seconds (``notes``: rank -> why it cannot answer); None without a store."""
-        store = coordination.default_store()
-        if store is None:
-            return None
-        rank, world = self._layout.rank, self._layout.world_size
-        reports = collect(store, world, me=(rank, self.ledger), wait=wait, notes=notes)
-        return verdict(reports, world).text
-
-    def failure_store(self) -> Any | None:
-        """The default process group's store, which holds the failure note."""
-        return coordination.default_store()
 
     # ---- primitives --------------------------------------------------------------------------
 
