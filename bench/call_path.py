@@ -10,6 +10,7 @@ path itself. Not a timing: ``bench_core.py`` times the same calls against raw to
 from __future__ import annotations
 
 import argparse
+import itertools
 import socket
 import sys
 from collections.abc import Callable
@@ -42,7 +43,7 @@ def calls_of(fn: Callable[[], Any]) -> list[tuple[str, str]]:
 
 def describe(label: str, calls: list[tuple[str, str]], verbose: bool) -> str:
     files = [f for f, _ in calls]
-    changes = sum(1 for a, b in zip(files, files[1:], strict=False) if a != b)
+    changes = sum(1 for a, b in itertools.pairwise(files) if a != b)
     line = f"{label}: {len(calls)} calls over {len(set(files))} files, {changes} file changes"
     if verbose:
         line += "\n    " + " -> ".join(f"{f}:{name}" for f, name in calls)

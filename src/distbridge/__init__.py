@@ -44,8 +44,8 @@ from distbridge._collectives import (
     reduce_scatter,
     scatter,
 )
-from distbridge._detectron2_launch import launch
 from distbridge._registry import RegisteredModels, registry
+from distbridge._spawn_by_url import launch
 from distbridge.auto import DistributedProxySampler, auto_dataloader, auto_model, auto_optim
 from distbridge.checkpoint import load_checkpoint, save_checkpoint
 from distbridge.diagnostics import dump_stacks
@@ -70,7 +70,6 @@ from distbridge.helpers import (
     rank_zero_only,
     synchronize,
 )
-from distbridge.launcher import Parallel
 from distbridge.mesh import device_mesh
 from distbridge.models import ComputationModel
 from distbridge.objects import (
@@ -85,6 +84,7 @@ from distbridge.objects import (
     scatter_object,
     shared_random_seed,
 )
+from distbridge.parallel import Parallel
 
 __version__ = "0.1.0"
 

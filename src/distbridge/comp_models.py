@@ -1,25 +1,11 @@
-"""Mirrors the public names of ``ignite.distributed.comp_models``: the support flags and the
-registered models, so ``from distbridge.comp_models import has_native_dist_support`` is
-``from ignite.distributed.comp_models import has_native_dist_support`` with one import
-changed.
+"""``ignite.distributed.comp_models``'s import path, kept:
+``from distbridge.comp_models import has_xla_support`` keeps working.
 
-Every name is the facade's own object; this module has no logic. ignite's model classes
-(``_SerialModel``, ``_NativeDistModel``, ...) are private there and have no counterpart
-here: distbridge's models are ``distbridge.models`` (see docs/plugins.md).
+It re-exports the names of the mirror, ``distbridge.compat.ignite_comp_models``: the same
+objects, no logic.
 """
 
 from __future__ import annotations
 
-from distbridge import (
-    has_hvd_support,
-    has_native_dist_support,
-    has_xla_support,
-    registered_computation_models,
-)
-
-__all__ = [
-    "has_hvd_support",
-    "has_native_dist_support",
-    "has_xla_support",
-    "registered_computation_models",
-]
+from distbridge.compat.ignite_comp_models import *  # noqa: F403  (a mirror's path: its names, all of them)
+from distbridge.compat.ignite_comp_models import __all__ as __all__

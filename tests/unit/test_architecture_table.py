@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,16 @@ def test_update_rewrites_only_the_block(tmp_path: Path) -> None:
     page.write_text("no markers")
     with pytest.raises(ValueError, match="no '<!-- primitives"):
         where.update(page)
+
+
+def test_the_page_s_layers_are_import_linter_s() -> None:
+    """The layers block of the page lists pyproject's import-linter layers, in order."""
+    pyproject = (PAGE.parents[1] / "pyproject.toml").read_text()  # no tomllib on Python 3.10
+    layers = re.search(r"\nlayers = \[\n(.*?)\n\]", pyproject, re.S)
+    assert layers is not None
+    want = [line.strip().strip('",').replace("distbridge.", "") for line in layers[1].splitlines()]
+    page = PAGE.read_text()
+    start = page.index("```text\n") + len("```text\n")
+    block = page[start : page.index("```", start)].splitlines()
+    got = [line.split("  ")[0].strip() for line in block if not line.startswith(" ")]
+    assert got == want

@@ -1,4 +1,9 @@
-"""detectron2's ``launch``, built on ``distbridge.spawn``."""
+"""``launch``: detectron2's ``engine.launch`` on ``distbridge.spawn``.
+
+The layout is GPUs per machine times machines, the rendezvous a ``dist_url``, and the
+function is called without its local rank. Public as ``distbridge.launch``; detectron2's
+import path for it is mirrored by ``distbridge.compat.detectron2_launch``.
+"""
 
 from __future__ import annotations
 
