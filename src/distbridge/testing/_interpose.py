@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -54,7 +55,9 @@ OPS: Final = (
     "scatter_object",
 )
 _PACKAGE: Final = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_KEY: Final = "_distbridge_interposed"  # the model's instance attribute that holds the layers
+#: each model's installed layers; kept here, not on the model (the layers below the models
+#: touch only a model's public names, tests/unit/test_model_contract.py)
+_INSTALLED: weakref.WeakKeyDictionary[ComputationModel, _Installed] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -187,10 +190,9 @@ def _rebuild(model: ComputationModel, state: _Installed) -> None:
 def installed(layer: Layer, model: ComputationModel) -> Iterator[ComputationModel]:
     """Interpose ``layer`` on ``model``'s collectives for the block; removed on exit."""
     attrs = vars(model)
-    state = attrs.get(_KEY)
-    if not isinstance(state, _Installed):
-        state = _Installed({name: attrs[name] for name in OPS if name in attrs})
-        attrs[_KEY] = state
+    state = _INSTALLED.get(model)
+    if state is None:
+        state = _INSTALLED[model] = _Installed({name: attrs[name] for name in OPS if name in attrs})
     if layer in state.layers:
         raise RuntimeError(f"{layer!r} is already installed; leave its block before reusing it.")
     state.layers.append(layer)
@@ -201,4 +203,4 @@ def installed(layer: Layer, model: ComputationModel) -> Iterator[ComputationMode
         state.layers.remove(layer)
         _rebuild(model, state)
         if not state.layers:
-            del attrs[_KEY]
+            del _INSTALLED[model]
