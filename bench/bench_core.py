@@ -36,6 +36,7 @@ TEXT = "some str"
 TARGET_SERIAL_RANK = 2.0
 TARGET_SERIAL_DEVICE = 3.0
 TARGET_TENSOR = 1.05
+TARGET_SMALL_TENSOR = 1.10  # 4 B: a few µs of facade over the engine's latency
 TARGET_ORDERED_MIN_MAX = 6.0  # float MIN / MAX through ordered integer keys (IEEE answer)
 TARGET_NUMBER = 1.15
 TARGET_STR = 1.0
@@ -247,11 +248,23 @@ def _tensor_rows(plan: Plan, size: int) -> list[Row]:
     return rows
 
 
+def _small_all_reduce_row(plan: Plan) -> Row:
+    """all_reduce of a one-element float32 tensor (4 B): the engine's latency, so the row
+    shows the facade's own cost per call (its checks, the ledger, the failure wrapper)."""
+    x = torch.zeros(1, dtype=torch.float32)
+    facade_s, raw_s = _time_pair(
+        lambda: idist.all_reduce(x), lambda: dist.all_reduce(x), plan.tiny_iters, plan.repeats,
+        plan.warmup,
+    )  # fmt: skip
+    return Row("tensor all_reduce float32", 4, facade_s, raw_s, TARGET_SMALL_TENSOR)
+
+
 def distributed_rows(plan: Plan) -> list[Row]:
     """Every multi-process row; each rank runs the same calls in the same order."""
     _check_same("all_reduce(3.5)", _facade_number_all_reduce(), _raw_number_all_reduce())
     _check_same(f"all_gather({TEXT!r})", _facade_str_all_gather(), _raw_str_gather_text())
-    rows = [*_tensor_rows(plan, 1 * MIB), *_tensor_rows(plan, 64 * MIB)]
+    rows = [_small_all_reduce_row(plan), *_tensor_rows(plan, 1 * MIB)]
+    rows += _tensor_rows(plan, 64 * MIB)
     tiny: list[tuple[str, Callable[[], object], Callable[[], object], float]] = [
         ("all_reduce(3.5) float", _facade_number_all_reduce, _raw_number_all_reduce, TARGET_NUMBER),
         (f"all_gather({TEXT!r}) str", _facade_str_all_gather, _raw_str_gather_text, TARGET_STR),
