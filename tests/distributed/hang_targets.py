@@ -76,9 +76,13 @@ def spawned(local_rank: int, folder: str, mode: str) -> int:
     return rank
 
 
-def main(folder: str, mode: str) -> None:
-    """One rank under torchrun: ``initialize`` from its variables, with `TORCHRUN_TIMEOUT`."""
-    idist.initialize("gloo", timeout=TORCHRUN_TIMEOUT)
+def main(folder: str, mode: str, backend: str = "gloo") -> None:
+    """One rank under torchrun (gloo, with `TORCHRUN_TIMEOUT`) or horovodrun ("horovod"):
+    ``initialize`` from the launcher's variables."""
+    if backend == "gloo":
+        idist.initialize("gloo", timeout=TORCHRUN_TIMEOUT)
+    else:
+        idist.initialize(backend)
     try:
         spawned(idist.get_local_rank(), folder, mode)
     finally:
@@ -88,4 +92,4 @@ def main(folder: str, mode: str) -> None:
 if __name__ == "__main__":
     import sys
 
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:4])
