@@ -35,7 +35,7 @@ FILE = os.path.relpath(targets.__file__)  # as the workers, started here, name i
 REPO = Path(__file__).resolve().parents[2]
 #: under torchrun: from the hung collective's start to torchrun's end (its agent stops the
 #: others when one rank ends; each survivor then has TERMINATION_WAIT_SECONDS for its verdict)
-TORCHRUN_BOUND = targets.TORCHRUN_TIMEOUT + 3.0 + 8.0
+TORCHRUN_BOUND = targets.TORCHRUN_TIMEOUT + 3.0 + 10.0
 
 
 def _site(name: str) -> str:
@@ -233,6 +233,17 @@ def test_a_killed_rank_under_torchrun(tmp_path: Path) -> None:
 
     assert "Signal 9 (SIGKILL) received by PID" in text, text  # torchrun's own summary
     assert "got SIGTERM while in a collective. Why, from every rank's collective ledger:" in text
+    assert f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 are waiting" in text
+    assert (
+        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it did not "
+        "answer, so this is the ledger it last published." in text
+    ), text
+
+
+def test_a_rank_stuck_in_c_under_torchrun(tmp_path: Path) -> None:
+    text = _torchrun(tmp_path, "c_call")
+
+    assert "CollectiveTimeout: all_reduce timed out. Hang in all_reduce #4 of the world " in text
     assert f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 are waiting" in text
     assert (
         f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it did not "
