@@ -19,9 +19,10 @@ A collective that hangs holds the main thread inside a C call, where Python runs
 handler. So the C-level handler's wake-up byte (`signal.set_wakeup_fd`) wakes a thread of
 this module, which does the work while the main thread is stuck. A SIGTERM handled there
 ends the process with ``os._exit(128 + SIGTERM)`` (exit status 143; a thread cannot restore
-the default action). Where the wake-up descriptor is taken (an asyncio loop in the main
-thread), only the handler in the main thread remains: it answers once the collective
-returns (the process group's timeout at the latest).
+the default action); outside a collective, the main thread's handler gets a second first,
+and ends the process by the signal itself. Where the wake-up descriptor is taken (an
+asyncio loop in the main thread), only the handler in the main thread remains: it answers
+once the collective returns (the process group's timeout at the latest).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any, Final
@@ -44,6 +46,8 @@ DUMP_SIGNAL: Final = signal.SIGUSR2
 #: how long a rank that got SIGTERM waits for the other ranks' answers (launchers wait
 #: longer before SIGKILL: torchrun 30 s, SLURM's KillWait 30 s)
 TERMINATION_WAIT_SECONDS: Final = 1.5
+#: how long a SIGTERM outside a collective is left to the main thread's handler
+MAIN_THREAD_SECONDS: Final = 1.0
 
 
 class _Watch:
@@ -86,12 +90,17 @@ class _Watch:
             for signum in got:
                 if signum == DUMP_SIGNAL and DUMP_SIGNAL in self.saved:
                     self.dump()
-                elif (
-                    signum == signal.SIGTERM
-                    and signal.SIGTERM in self.saved
-                    and self.explain_termination()
-                ):
-                    os._exit(128 + signal.SIGTERM)
+                elif signum == signal.SIGTERM and signal.SIGTERM in self.saved:
+                    self.terminate()
+
+    def terminate(self) -> None:
+        """SIGTERM, in the thread: the verdict, then the end. A rank in no trouble leaves it
+        to the main thread's handler for a moment (which ends the process by the signal
+        itself, as without distbridge), then ends it here if its main thread is held in C."""
+        if not _in_trouble(self.ledger):
+            time.sleep(MAIN_THREAD_SECONDS)
+        if self.explain_termination():
+            os._exit(128 + signal.SIGTERM)
 
     def in_main_thread(self, signum: int, frame: FrameType | None) -> None:
         """The Python-level handler: where the thread was not woken (or was slower)."""
