@@ -128,6 +128,7 @@ def horovod(session: nox.Session) -> None:
     session.run(
         "python", "-m", "pytest", "tests/distributed/test_horovod.py",
         "tests/distributed/test_horovod_fail_together.py",
+        "tests/distributed/test_horovod_hang.py",
         "tests/distributed/test_differential_engines.py",
         "tests/distributed/test_launchers.py::test_horovodrun_gloo_initializes_native_gloo",
         *session.posargs,

@@ -18,6 +18,7 @@ from distbridge._state import activated, current, install, resync, set_local_ran
 from distbridge._types import SpawnResult
 from distbridge.errors import DistributedError
 from distbridge.reliability.debug import debug_env
+from distbridge.reliability.hang_signals import unwatch_signals, watch_signals
 
 __all__ = [
     "available_backends",
@@ -126,12 +127,15 @@ def initialize(backend: str, **kwargs: Any) -> None:
             f"distbridge is already initialized with backend {active.backend()!r}; "
             "call distbridge.finalize() first."
         )
-    install(registry.for_backend(backend).from_backend(backend, **kwargs))
+    model = registry.for_backend(backend).from_backend(backend, **kwargs)
+    install(model)
+    watch_signals(model)  # the hang verdict on SIGTERM (and SIGUSR2, opted in)
 
 
 def finalize() -> None:
     """Tear down the active context (e.g. destroy the process group) and restore the
     environment variables ``initialize`` set. Without a context, does nothing."""
+    unwatch_signals()
     current().finalize()
     resync()
 

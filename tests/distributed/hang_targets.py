@@ -1,5 +1,8 @@
 """What the ranks run in test_hang_verdict.py: three all-reduces, then one rank goes astray.
 
+Under ``spawn`` it is `spawned`; under torchrun this file is the script (``main``: its
+arguments are the folder and the mode).
+
 Modes (``spawned(local_rank, folder, mode)``):
 
 - ``sleep``: rank 2 sleeps in `stuck_here` (plain Python) while ranks 0 and 1 wait in the
@@ -31,6 +34,7 @@ import distbridge as idist
 
 STUCK_SECONDS = 120.0  # far longer than the test waits: the verdict must not wait for it
 BARRIER_TIMEOUT = 5.0
+TORCHRUN_TIMEOUT = 10  # the process group's timeout under torchrun (as the issue tried)
 SETTLE_SECONDS = 1.5  # rank 2 waits this long before going astray: its ledger is published
 
 
@@ -70,3 +74,22 @@ def spawned(local_rank: int, folder: str, mode: str) -> int:
         if rank == 0:
             Path(folder, "caught").write_text(repr(time.time()))
     return rank
+
+
+def main(folder: str, mode: str, backend: str = "gloo") -> None:
+    """One rank under torchrun (gloo, with `TORCHRUN_TIMEOUT`) or horovodrun ("horovod"):
+    ``initialize`` from the launcher's variables."""
+    if backend == "gloo":
+        idist.initialize("gloo", timeout=TORCHRUN_TIMEOUT)
+    else:
+        idist.initialize(backend)
+    try:
+        spawned(idist.get_local_rank(), folder, mode)
+    finally:
+        idist.finalize()
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(*sys.argv[1:4])

@@ -1,7 +1,8 @@
 """The hang verdict for real: 3 gloo ranks under ``spawn`` with a 5 s process-group timeout,
-default settings (no debug mode). One rank goes astray after three all-reduces (see
-hang_targets.py); the error must name it, its file:line and the collective the others wait
-in, within the timeout plus a few seconds, and leave no process behind.
+and under torchrun with ``initialize("gloo", timeout=10)``, default settings (no debug
+mode). One rank goes astray after three all-reduces (see hang_targets.py); the error must
+name it, its file:line and the collective the others wait in, within the timeout plus a few
+seconds, and leave no process behind.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import distbridge as idist
 from distbridge.errors import SpawnTimeoutError, WorkerFailedError
 from tests.distributed import hang_targets as targets
 from tests.distributed.process_checks import assert_gone
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
 
@@ -30,6 +32,10 @@ JOB_TIMEOUT = 60.0  # test_a_job_timeout: time enough to start three workers on 
 BOUND = TIMEOUT + 3.0 + 6.0
 SOURCE = Path(targets.__file__).read_text().splitlines()
 FILE = os.path.relpath(targets.__file__)  # as the workers, started here, name it
+REPO = Path(__file__).resolve().parents[2]
+#: under torchrun: from the hung collective's start to torchrun's end (its agent stops the
+#: others when one rank ends; each survivor then has TERMINATION_WAIT_SECONDS for its verdict)
+TORCHRUN_BOUND = targets.TORCHRUN_TIMEOUT + 3.0 + 10.0
 
 
 def _site(name: str) -> str:
@@ -171,3 +177,75 @@ def test_a_job_timeout(tmp_path: Path) -> None:
     pids = [int(p.read_text()) for p in sorted(tmp_path.glob("worker-*.pid"))]
     assert len(pids) == 3
     assert_gone(pids, timeout=0)
+
+
+def _torchrun(folder: Path, mode: str) -> str:
+    """hang_targets.py as torchrun's script on 3 ranks; its output, whole words on one line,
+    without torchrun's ``[rank<r>]:`` prefixes. Checks the time and that no process is left."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC_", "OMPI_"))}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "src"), env.get("PYTHONPATH", "")])
+    env["OMP_NUM_THREADS"] = "1"
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3",
+        "--master-port", str(free_port()), targets.__file__, str(folder), mode,
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=150, check=False
+    )
+    ended = time.time()
+    assert done.returncode != 0, done.stdout + done.stderr
+    seconds = ended - float((folder / "started").read_text())
+    assert seconds < TORCHRUN_BOUND, f"torchrun ended {seconds:.1f} s after the hang began"
+    pids = [int(p.read_text()) for p in sorted(folder.glob("worker-*.pid"))]
+    assert len(pids) == 3
+    assert_gone(pids, timeout=5)
+    print(f"\nHANG torchrun {mode}: torchrun ended {seconds:.1f} s after the hang began")
+    text = re.sub(r"\[rank\d\]:", " ", done.stdout + done.stderr)
+    return re.sub(r"\s+", " ", text)
+
+
+def test_a_rank_stuck_in_python_under_torchrun(tmp_path: Path) -> None:
+    text = _torchrun(tmp_path, "sleep")
+
+    assert "CollectiveTimeout: all_reduce timed out. Hang in all_reduce #4 of the world " in text
+    assert f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 are waiting" in text
+    assert (
+        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it is at "
+        f"{_site('stuck')} in stuck_here." in text
+    ), text
+
+
+def test_diverged_collectives_under_torchrun(tmp_path: Path) -> None:
+    text = _torchrun(tmp_path, "diverge")
+
+    assert (
+        f"rank 1 called all_gather ({_site('odd')}) where ranks 0, 2 called all_reduce "
+        f"({_site('fourth')}) at #4 of the world: the ranks diverged" in text
+    ), text
+
+
+def test_a_killed_rank_under_torchrun(tmp_path: Path) -> None:
+    # torchrun's agent sees rank 2 die and SIGTERMs ranks 0 and 1, stuck in the all-reduce:
+    # their SIGTERM handler (reliability/hang_signals.py) writes the verdict before they end.
+    text = _torchrun(tmp_path, "kill")
+
+    assert "Signal 9 (SIGKILL) received by PID" in text, text  # torchrun's own summary
+    assert "got SIGTERM while in a collective. Why, from every rank's collective ledger:" in text
+    assert f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 are waiting" in text
+    assert (
+        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it did not "
+        "answer, so this is the ledger it last published." in text
+    ), text
+
+
+def test_a_rank_stuck_in_c_under_torchrun(tmp_path: Path) -> None:
+    text = _torchrun(tmp_path, "c_call")
+
+    assert "CollectiveTimeout: all_reduce timed out. Hang in all_reduce #4 of the world " in text
+    assert f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 are waiting" in text
+    assert (
+        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it did not "
+        "answer, so this is the ledger it last published." in text
+    ), text

@@ -176,6 +176,13 @@ def test_next():
     assert f"(rank 0 in sleep_forever at {sleeping}, rank 1 in barrier at {waiting})" in out
     assert f"  rank 0: still running, stopped at the timeout, in sleep_forever at {sleeping}" in out
     assert f"  rank 1: still running, stopped at the timeout, in barrier at {waiting}" in out
+    # the verdict from the ranks' ledgers (a fresh world: the barrier is its first collective)
+    assert "Why, from every rank's collective ledger:" in out
+    assert f"Hang in barrier #1 of the world ({waiting}): rank 1 is waiting in it." in out
+    assert (
+        "rank 0 did not reach it: it has called no collective of the world; it is at "
+        f"{sleeping} in sleep_forever." in out
+    )
     stacks = out.split("---- rank 0: Python stack when stopped ----")[1]
     rank0, rank1 = stacks.split("---- rank 1: Python stack when stopped ----")
     rank1 = rank1.split("short test summary info")[0]  # the summary repeats the message

@@ -39,7 +39,16 @@ from distbridge.reliability.fail_together import job_root, read_failure
 from distbridge.reliability.ledger import CollectiveLedger
 from distbridge.reliability.verdict import RankReport, Record
 
-__all__ = ["DIR_ENV_VAR", "Reporter", "ask_job", "collect", "read_dump_dir", "report", "where_now"]
+__all__ = [
+    "DIR_ENV_VAR",
+    "Reporter",
+    "ask_job",
+    "collect",
+    "read_dump_dir",
+    "report",
+    "where_now",
+    "write_report",
+]
 
 DIR_ENV_VAR = "DISTBRIDGE_HANG_DIR"
 #: while the ledger stands still, how often a rank with a dump directory rewrites where it is
@@ -203,16 +212,18 @@ class Reporter:
         now = time.monotonic()
         if self._dir and (changed or now - self._written >= REWRITE_SECONDS):
             self._written = now
-            self._write(report(self._rank, self._ledger))
+            write_report(self._dir, self._rank, report(self._rank, self._ledger))
 
-    def _write(self, data: Mapping[str, Any]) -> None:
-        """``<dir>/rank<r>.json``, replaced whole (a reader never sees half a file)."""
-        assert self._dir is not None
-        path = os.path.join(self._dir, f"rank{self._rank}.json")
-        temporary = f"{path}.{os.getpid()}.tmp"
-        with open(temporary, "w", encoding="utf-8") as out:
-            json.dump(data, out)
-        os.replace(temporary, path)
+
+def write_report(directory: str, rank: int, data: Mapping[str, Any]) -> str:
+    """Write ``<directory>/rank<rank>.json``, replaced whole (a reader never sees half a
+    file); returns its path."""
+    path = os.path.join(directory, f"rank{rank}.json")
+    temporary = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(temporary, "w", encoding="utf-8") as out:
+        json.dump(data, out)
+    os.replace(temporary, path)
+    return path
 
 
 def _published(store: Any, rank: int) -> dict[str, Any] | None:

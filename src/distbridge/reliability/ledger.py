@@ -41,6 +41,7 @@ _INSIDE: dict[str, bool] = {}  # file name -> whether it is distbridge's own (ca
 _getframe = sys._getframe
 _compiling = torch.compiler.is_compiling  # Dynamo cannot trace frames: compiled calls go bare
 _Tensor = torch.Tensor
+_NoneType = type(None)
 
 Members = tuple[int, ...]
 #: (seq, op, dtype or type, shape or None, code, instruction offset)
@@ -202,6 +203,24 @@ class CollectiveLedger:
         return records
 
 
+def _outside(depth: int) -> Any:
+    """The first frame outside distbridge, from ``depth`` levels above this function's
+    caller's caller (the wrapper's caller is 2 here); the last one reached if all are."""
+    frame = _getframe(depth)
+    while True:
+        name = frame.f_code.co_filename
+        inside = _INSIDE.get(name)
+        if inside is None:
+            inside = _INSIDE[name] = name.startswith(_PACKAGE)
+        if not inside:
+            return frame
+        depth += 1
+        try:
+            frame = _getframe(depth)
+        except ValueError:  # called from distbridge itself, all the way down
+            return frame
+
+
 def recorded(op: str, x_at: int = 0, group_at: int = -1) -> Callable[[_Method], _Method]:
     """Decorate a model's public collective so that ``self.ledger`` records each call.
 
@@ -211,50 +230,50 @@ def recorded(op: str, x_at: int = 0, group_at: int = -1) -> Callable[[_Method], 
         group_at: the position of ``group`` after ``self`` (-1: keyword only).
 
     The undecorated method stays reachable as ``__wrapped__`` (the bench compares both).
-    Everything is written out in the wrapper, no helper call, since it runs on every
-    collective; the site is found with ``sys._getframe(depth)``, which makes one frame
-    object, where walking ``f_back`` would make one per level.
+    Everything on the common path is written out in the wrapper, no helper call, since it
+    runs on every collective: the group is read without a dict when it is passed by
+    position or not at all, a caller outside distbridge costs one ``sys._getframe(1)`` and
+    one dict look-up of its file name (the facade's caller is found by `_outside`), and the
+    entry is one tuple in a preallocated ring (nothing is formatted).
     """
 
     def decorate(method: _Method) -> _Method:
+        payload = x_at >= 0
+        by_position = group_at >= 0
+
         @functools.wraps(method)
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             if _compiling():  # torch.compile traces the collective: nothing to record here
                 return method(self, *args, **kwargs)
-            n = len(args)
-            group = args[group_at] if -1 < group_at < n else kwargs.get("group")
-            ledger = self.ledger
-            log = ledger.world if group is None else ledger.log_of(group)
-            seq = 0
-            if log is not None:
-                depth = 1
-                frame = _getframe(1)  # the caller: the facade, or whoever called the model
-                while _INSIDE.get(frame.f_code.co_filename, True):
-                    name = frame.f_code.co_filename
-                    if name not in _INSIDE:
-                        _INSIDE[name] = name.startswith(_PACKAGE)
-                        continue
-                    depth += 1
-                    try:
-                        frame = _getframe(depth)
-                    except ValueError:  # called from distbridge itself, all the way down
-                        break
-                x = args[x_at] if -1 < x_at < n else None
-                log.seq = seq = log.seq + 1
+            if by_position and group_at < len(args):
+                group = args[group_at]
+            elif kwargs:
+                group = kwargs.get("group")
+            else:
+                group = None
+            log = self.ledger.world if group is None else self.ledger.log_of(group)
+            if log is None:  # not a member, or not a group: the collective says so itself
+                return method(self, *args, **kwargs)
+            frame = _getframe(1)  # the caller: the facade, or whoever called the model
+            if _INSIDE.get(frame.f_code.co_filename, True):
+                frame = _outside(2)
+            log.seq = seq = log.seq + 1
+            if payload and x_at < len(args):
+                x = args[x_at]
                 if x.__class__ is _Tensor:
                     entry: Entry = (seq, op, x.dtype, x.shape, frame.f_code, frame.f_lasti)
                 else:
                     entry = (seq, op, x.__class__, None, frame.f_code, frame.f_lasti)
-                log.ring[seq % log.capacity] = entry
+            else:
+                entry = (seq, op, _NoneType, None, frame.f_code, frame.f_lasti)
+            log.ring[seq % log.capacity] = entry
             try:
                 result = method(self, *args, **kwargs)
             except BaseException:
-                if log is not None:
-                    log.passed = log.seq
-                    log.raised[seq % log.capacity] = seq
-                raise
-            if log is not None:
                 log.passed = log.seq
+                log.raised[seq % log.capacity] = seq
+                raise
+            log.passed = log.seq
             return result
 
         return wrapper  # type: ignore[return-value]

@@ -35,6 +35,8 @@ class WorldRun:
         outputs: what each rank wrote on stdout and stderr during the test.
         replaced: the world was stopped after the test; the next test starts a fresh one.
         path: the file of the test's module (to say where in it each stopped rank is).
+        verdict: at a timeout, the hang verdict from every rank's collective ledger ("" when
+            none was found).
     """
 
     name: str
@@ -47,6 +49,7 @@ class WorldRun:
     outputs: dict[int, str] = field(default_factory=dict)
     replaced: bool = False
     path: str = ""
+    verdict: str = ""
 
     @property
     def passed(self) -> bool:
@@ -123,6 +126,8 @@ class WorldRun:
                 "Python stacks follow (innermost call first): look there for where they wait, "
                 "or raise the timeout (@pytest.mark.distbridge(timeout=...))."
             )
+            if self.verdict:
+                head += f"\nWhy, from every rank's collective ledger:\n{self.verdict}"
         else:
             head = f"{self.name} failed on rank {first.rank} of {self.world}: {first.summary}"
             if first.detail:  # a table or a hint the first line announces

@@ -8,7 +8,9 @@ module (once) and calls ``fn(**kwargs)``; each answers passed, or its traceback.
 - A rank that raises leaves a failure note and cuts its connections (fail-together), so its
   peers' collectives raise `PeerFailed`; the others get ``PEER_WINDOW_SECONDS`` to answer.
 - Past the timeout (or that window) the ranks still running write their Python stacks
-  (SIGUSR1, faulthandler) into their logs, which the `WorldRun` report shows.
+  (SIGUSR1, faulthandler) into their logs, which the `WorldRun` report shows; at the
+  timeout, the report also gives the hang verdict from every rank's collective ledger
+  (who is behind, where), asked through the world's store.
 - After any failure the world is stopped (SIGKILL to each rank's process group); the next
   ``run`` starts a fresh one. Each rank runs in its own process group and dies with the
   thread that started it (PR_SET_PDEATHSIG), so nothing outlives the parent.
@@ -33,6 +35,8 @@ from distbridge._registry import registry
 from distbridge.errors import DistributedError, suggest
 from distbridge.launch._main_module import check_main_module
 from distbridge.reliability.fail_together import record_failure
+from distbridge.reliability.hang_report import collect
+from distbridge.reliability.verdict import verdict
 from distbridge.testing._protocol import Outcome, Setup, make_task
 from distbridge.testing._ranks import LogTail, Member, death, kill_ranks, log_size, read_log
 from distbridge.testing._report import RanksFailedError, WorldRun
@@ -43,6 +47,7 @@ __all__ = ["RanksFailedError", "WarmWorld", "WorldPool", "WorldRun"]
 #: After the first rank fails, how long the others get to answer (e.g. with PeerFailed).
 PEER_WINDOW_SECONDS = 3.0
 _STACK_SECONDS = 2.0  # longest wait for the stopped ranks' stacks
+_VERDICT_SECONDS = 2.0  # longest wait for the ranks' ledgers at a timeout
 _GRACE_SECONDS = 2.0  # how long ranks told to stop get before SIGKILL
 _LIVE_SECONDS = 0.05  # how often the logs are read when a test's output is shown live
 _OPTIONS = ("nproc", "backend", "timeout", "debug")
@@ -214,10 +219,12 @@ class WarmWorld:
         finally:
             if tail is not None:
                 tail.finish()
+        why = self._verdict() if timed_out else ""
         outputs = {r: read_log(m.log, offsets[r]) for r, m in enumerate(self._members)}
         stacks = self._stacks(stopped)
         result = WorldRun(task.function, self.describe(), outcomes, stopped, timeout, timed_out)
         result.stacks, result.outputs, result.path = stacks, outputs, task.path
+        result.verdict = why
         ended = all((o.passed or o.skipped) and o.world_kept for o in outcomes)
         result.replaced = bool(stopped) or not ended
         if result.replaced:
@@ -267,6 +274,17 @@ class WarmWorld:
         if self._store is not None:  # its peers raise PeerFailed naming it
             record_failure(self._store, rank, how, self.nproc)
         return Outcome(rank, task_id, False, "ProcessDied", how)
+
+    def _verdict(self) -> str:
+        """The hang verdict from the ranks' collective ledgers, asked through the world's
+        store (``_VERDICT_SECONDS``); "" without a store or when none is found."""
+        if self._store is None:
+            return ""
+        try:
+            found = verdict(collect(self._store, self.nproc, wait=_VERDICT_SECONDS), self.nproc)
+        except Exception:  # a verdict must never hide the timeout it explains
+            return ""
+        return "" if found.kind == "no hang" else found.text
 
     def _stacks(self, ranks: list[int]) -> dict[int, str]:
         """Ask the ranks for their Python stacks (SIGUSR1) and read them from their logs."""

@@ -1,0 +1,204 @@
+"""The hang verdict on a signal: SIGTERM while a collective hangs, and SIGUSR2 on demand.
+
+Installed by ``initialize`` in a job of more than one rank (`watch_signals`), undone by
+``finalize`` (`unwatch_signals`):
+
+- **SIGTERM** (a launcher stopping the job: torchrun's agent when another rank died, SLURM's
+  ``scancel``, Kubernetes): when this rank is in a collective that has not returned, or the
+  last one raised, it writes the hang verdict from every rank's ledger to stderr first, then
+  ends as SIGTERM would have ended it. Installed only where SIGTERM still has its default
+  action (a handler of the user's or the launcher's is left alone).
+- **SIGUSR2**, with ``DISTBRIDGE_HANG_DIR`` set (the opt-in): this rank writes its report
+  (its ledger and where its main thread is, with the stack) to ``<dir>/rank<r>.json`` and
+  goes on; ``python -m distbridge why DIR`` gives the verdict. Not SIGUSR1: the warm worlds
+  register faulthandler's stack dump on it, and a C-level registration cannot be seen from
+  Python, so the two would replace each other. Installed only where SIGUSR2 has its default
+  action.
+
+A collective that hangs holds the main thread inside a C call, where Python runs no signal
+handler. So the C-level handler's wake-up byte (`signal.set_wakeup_fd`) wakes a thread of
+this module, which does the work while the main thread is stuck. A SIGTERM handled there
+ends the process with ``os._exit(128 + SIGTERM)`` (exit status 143; a thread cannot restore
+the default action); outside a collective, the main thread's handler gets a second first,
+and ends the process by the signal itself. Where the wake-up descriptor is taken (an
+asyncio loop in the main thread), only the handler in the main thread remains: it answers
+once the collective returns (the process group's timeout at the latest).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, Final
+
+from distbridge.reliability.hang_report import DIR_ENV_VAR, report, write_report
+from distbridge.reliability.ledger import CollectiveLedger
+
+__all__ = ["DUMP_SIGNAL", "TERMINATION_WAIT_SECONDS", "unwatch_signals", "watch_signals"]
+
+DUMP_SIGNAL: Final = signal.SIGUSR2
+#: how long a rank that got SIGTERM waits for the other ranks' answers (launchers wait
+#: longer before SIGKILL: torchrun 30 s, SLURM's KillWait 30 s)
+TERMINATION_WAIT_SECONDS: Final = 1.5
+#: how long a SIGTERM outside a collective is left to the main thread's handler
+MAIN_THREAD_SECONDS: Final = 1.0
+
+
+class _Watch:
+    """The installed handlers of one rank, and the thread that runs them (see the module)."""
+
+    def __init__(
+        self,
+        rank: int,
+        ledger: CollectiveLedger,
+        explain: Callable[[float], str | None],
+        signals: list[signal.Signals],
+    ) -> None:
+        self.rank = rank
+        self.ledger = ledger
+        self.explain = explain
+        self.dump_dir = os.environ.get(DIR_ENV_VAR) or None
+        self.ending = threading.Lock()  # the first to take it handles SIGTERM
+        self.explained = threading.Event()  # set once it did
+        self.saved = {signum: signal.getsignal(signum) for signum in signals}
+        for signum in signals:
+            signal.signal(signum, self.in_main_thread)
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        self.read, self.write = read, write
+        self.old_wakeup = signal.set_wakeup_fd(write)
+        if self.old_wakeup != -1:  # taken: keep its owner's, handle in the main thread only
+            signal.set_wakeup_fd(self.old_wakeup)
+        self.thread = threading.Thread(target=self.run, name="distbridge-signals", daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        """Wake on every signal byte; SIGTERM and SIGUSR2 are handled here."""
+        while True:
+            try:
+                got = os.read(self.read, 64)
+            except OSError:
+                return
+            if not got:  # the write end was closed: unwatch_signals
+                return
+            for signum in got:
+                if signum == DUMP_SIGNAL and DUMP_SIGNAL in self.saved:
+                    self.dump()
+                elif signum == signal.SIGTERM and signal.SIGTERM in self.saved:
+                    self.terminate()
+
+    def terminate(self) -> None:
+        """SIGTERM, in the thread: the verdict, then the end. A rank in no trouble leaves it
+        to the main thread's handler for a moment (which ends the process by the signal
+        itself, as without distbridge), then ends it here if its main thread is held in C."""
+        if not _in_trouble(self.ledger):
+            time.sleep(MAIN_THREAD_SECONDS)
+        if self.explain_termination():
+            os._exit(128 + signal.SIGTERM)
+
+    def in_main_thread(self, signum: int, frame: FrameType | None) -> None:
+        """The Python-level handler: where the thread was not woken (or was slower)."""
+        if signum == DUMP_SIGNAL:
+            if self.old_wakeup != -1:  # the thread is not woken: dump here
+                self.dump()
+            return
+        if not self.explain_termination():  # the thread is at it: let it finish
+            self.explained.wait(TERMINATION_WAIT_SECONDS + 5.0)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    def explain_termination(self) -> bool:
+        """Write the verdict to stderr when this rank is stuck in (or failed in) a collective;
+        False when another thread is already at it."""
+        if not self.ending.acquire(blocking=False):
+            return False
+        try:
+            if _in_trouble(self.ledger):
+                text = None
+                with contextlib.suppress(Exception):  # a verdict must never block the exit
+                    text = self.explain(TERMINATION_WAIT_SECONDS)
+                if text:
+                    print(
+                        f"distbridge: rank {self.rank} got SIGTERM while in a collective. "
+                        f"Why, from every rank's collective ledger:\n{text}",
+                        file=sys.stderr,
+                    )
+                    _flush()
+        finally:
+            self.explained.set()
+        return True
+
+    def dump(self) -> None:
+        """This rank's report to the dump directory, and one line to stderr."""
+        if self.dump_dir is None:
+            return
+        with contextlib.suppress(OSError):
+            os.makedirs(self.dump_dir, exist_ok=True)
+            path = write_report(self.dump_dir, self.rank, report(self.rank, self.ledger))
+            print(f"distbridge: rank {self.rank} wrote its hang report to {path}", file=sys.stderr)
+
+    def uninstall(self) -> None:
+        """Put the previous handlers back and end the thread."""
+        for signum, handler in self.saved.items():
+            signal.signal(signum, handler)
+        if self.old_wakeup == -1:
+            with contextlib.suppress(ValueError):
+                signal.set_wakeup_fd(-1)
+        os.close(self.write)
+        self.thread.join(1.0)
+        with contextlib.suppress(OSError):
+            os.close(self.read)
+
+
+def _flush() -> None:
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+
+
+def _in_trouble(ledger: CollectiveLedger) -> bool:
+    """Whether this rank's last collective of some group has not returned, or raised."""
+    for log in ledger.logs():
+        if log.seq and (log.seq > log.passed or log.raised[log.seq % log.capacity] == log.seq):
+            return True
+    return False
+
+
+_watch: _Watch | None = None
+
+
+def watch_signals(model: Any) -> None:
+    """Install the handlers for ``model``'s rank (see the module); nothing for a world of one,
+    a model without a ledger or verdict, or outside the main thread."""
+    global _watch
+    ledger = getattr(model, "ledger", None)
+    explain = getattr(model, "hang_verdict", None)  # the models that can ask their peers
+    if _watch is not None or not isinstance(ledger, CollectiveLedger):
+        return
+    if model.get_world_size() < 2 or threading.current_thread() is not threading.main_thread():
+        return
+    wanted = [] if explain is None else [signal.SIGTERM]
+    if os.environ.get(DIR_ENV_VAR):
+        wanted.append(DUMP_SIGNAL)
+    free = [s for s in wanted if signal.getsignal(s) is signal.SIG_DFL]
+    if not free:
+        return
+
+    def verdict_text(wait: float) -> str | None:
+        text = None if explain is None else explain({}, wait)
+        return None if text is None else str(text)
+
+    _watch = _Watch(model.get_rank(), ledger, verdict_text, free)
+
+
+def unwatch_signals() -> None:
+    """Undo `watch_signals` (``finalize``); safe to call when nothing is installed."""
+    global _watch
+    if _watch is not None and threading.current_thread() is threading.main_thread():
+        _watch.uninstall()
+        _watch = None

@@ -1,0 +1,109 @@
+"""The hang verdict on Horovod, for real: 3 ranks under ``horovodrun --gloo`` with
+``DISTBRIDGE_HANG_DIR`` set, one stuck in Python or the ranks diverged (hang_targets.py).
+
+Horovod cannot interrupt a stuck collective (no timeout ends it; its stall check only warns
+after a minute), so the verdict comes from the ranks that can speak: SIGUSR2 makes each
+write its report (ledger, where it is) to the directory while its main thread waits, and
+``python -m distbridge why DIR`` names the rank at fault. Then the job is killed, and no
+process may be left. Without horovod installed these tests skip; ``nox -s horovod`` runs
+them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.distributed import hang_targets as targets
+from tests.distributed.process_checks import assert_gone
+
+HAS_HOROVOD = importlib.util.find_spec("horovod") is not None
+pytestmark = [
+    pytest.mark.distributed,
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(not HAS_HOROVOD, reason="horovod is not installed: nox -s horovod"),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCE = Path(targets.__file__).read_text().splitlines()
+FILE = os.path.relpath(targets.__file__, REPO)  # as the workers, started in REPO, name it
+START_TIMEOUT = 120.0  # three interpreters with torch and horovod on two busy cores
+
+
+def _site(name: str) -> str:
+    line = next(i for i, text in enumerate(SOURCE, 1) if text.endswith(f"# SITE:{name}"))
+    return f"{FILE}:{line}"
+
+
+def _wait_for(path: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{path} did not appear within {timeout} s")
+        time.sleep(0.05)
+
+
+def _verdict_of_hung_job(folder: Path, mode: str) -> str:
+    """Start the job, wait for the hang, SIGUSR2 every rank, ``why`` the dumps, kill the job;
+    the verdict's text, whole words on one line."""
+    dumps = folder / "dumps"
+    launcher = Path(sys.executable).with_name("horovodrun")
+    command = [
+        str(launcher), "-np", "3", "-H", "localhost:3", "--gloo",
+        sys.executable, targets.__file__, str(folder), mode, "horovod",
+    ]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1", DISTBRIDGE_HANG_DIR=str(dumps))
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "src"), env.get("PYTHONPATH", "")])
+    job = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    pids: list[int] = []
+    try:
+        _wait_for(folder / "started", START_TIMEOUT)
+        time.sleep(targets.SETTLE_SECONDS + 1.0)  # every rank is where it stays
+        pids = [int(p.read_text()) for p in sorted(folder.glob("worker-*.pid"))]
+        assert len(pids) == 3
+        for pid in pids:
+            os.kill(pid, signal.SIGUSR2)
+        for rank in range(3):
+            _wait_for(dumps / f"rank{rank}.json", 10)
+        time.sleep(0.5)  # the files are replaced whole; let the last writes land
+        why = [sys.executable, "-m", "distbridge", "why", str(dumps)]
+        done = subprocess.run(why, capture_output=True, text=True, timeout=60, check=False)
+        assert job.poll() is None, "the signal ended the job"
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)  # nothing else ends a stuck Horovod collective
+        output = job.communicate()[0]
+    assert done.returncode == 0, done.stderr
+    for rank in range(3):
+        assert f"distbridge: rank {rank} wrote its hang report to {dumps}/rank{rank}.json" in output
+    assert_gone(pids, timeout=10)
+    return re.sub(r"\s+", " ", done.stdout)
+
+
+def test_a_rank_stuck_in_python_under_horovodrun(tmp_path: Path) -> None:
+    text = _verdict_of_hung_job(tmp_path, "sleep")
+
+    assert f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 are waiting" in text
+    assert (
+        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it is at "
+        f"{_site('stuck')} in stuck_here." in text
+    ), text
+
+
+def test_diverged_collectives_under_horovodrun(tmp_path: Path) -> None:
+    text = _verdict_of_hung_job(tmp_path, "diverge")
+
+    assert (
+        f"rank 1 called all_gather ({_site('odd')}) where ranks 0, 2 called all_reduce "
+        f"({_site('fourth')}) at #4 of the world: the ranks diverged" in text
+    ), text

@@ -1,0 +1,98 @@
+"""The signal handlers of the hang verdict, in this process: SIGUSR2 makes a thread write
+this rank's report while the main thread is busy, SIGTERM's handler is left alone where the
+user set one, and `unwatch_signals` puts everything back. The real case (ranks stuck in a
+collective, torchrun's SIGTERM) runs in tests/distributed/test_hang_signal.py and
+test_hang_verdict.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import distbridge as idist
+from distbridge._state import current
+from distbridge.reliability import hang_signals
+from distbridge.reliability.hang_signals import DUMP_SIGNAL, unwatch_signals, watch_signals
+from distbridge.reliability.ledger import CollectiveLedger
+
+
+class _TwoRanks:
+    """Rank 0 of 2, with the serial model's real ledger (what ``watch_signals`` reads)."""
+
+    def __init__(self, ledger: CollectiveLedger) -> None:
+        self.ledger = ledger
+
+    def get_rank(self) -> int:
+        return 0
+
+    def get_world_size(self) -> int:
+        return 2
+
+    def hang_verdict(self, notes: Any, wait: float) -> str | None:
+        return None
+
+
+@pytest.fixture
+def restored() -> Iterator[None]:
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, DUMP_SIGNAL)}
+    yield
+    unwatch_signals()
+    for signum, handler in before.items():
+        signal.signal(signum, handler)
+
+
+def test_sigusr2_writes_the_report_from_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restored: None
+) -> None:
+    monkeypatch.setenv("DISTBRIDGE_HANG_DIR", str(tmp_path))
+    idist.all_reduce(torch.ones(2))
+    watch_signals(_TwoRanks(current().ledger))
+    assert signal.getsignal(DUMP_SIGNAL) is not signal.SIG_DFL  # else the kill ends pytest
+    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    os.kill(os.getpid(), DUMP_SIGNAL)
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "rank0.json").exists():
+        assert time.monotonic() < deadline, "no report within 10 s"
+        time.sleep(0.01)
+    data = json.loads((tmp_path / "rank0.json").read_text())
+    assert data["rank"] == 0
+    assert data["records"][-1]["op"] == "all_reduce"
+    assert "test_hang_signals.py" in data["records"][-1]["site"]
+    unwatch_signals()
+    assert signal.getsignal(DUMP_SIGNAL) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.set_wakeup_fd(-1) == -1  # the wake-up descriptor was given back
+
+
+def test_a_handler_of_the_user_is_left_alone(
+    monkeypatch: pytest.MonkeyPatch, restored: None
+) -> None:
+    monkeypatch.delenv("DISTBRIDGE_HANG_DIR", raising=False)
+
+    def mine(signum: int, frame: object) -> None:
+        pass
+
+    signal.signal(signal.SIGTERM, mine)
+    watch_signals(_TwoRanks(current().ledger))
+    assert signal.getsignal(signal.SIGTERM) is mine
+    assert signal.getsignal(DUMP_SIGNAL) is signal.SIG_DFL  # not opted in: no dump handler
+    assert hang_signals._watch is None
+
+
+def test_trouble_is_a_collective_not_returned_or_raised() -> None:
+    ledger = CollectiveLedger(lambda group: None, capacity=4)
+    assert not hang_signals._in_trouble(ledger)
+    ledger.world.seq = 1  # started, not returned
+    assert hang_signals._in_trouble(ledger)
+    ledger.world.passed = 1
+    assert not hang_signals._in_trouble(ledger)
+    ledger.world.raised[1] = 1
+    assert hang_signals._in_trouble(ledger)
