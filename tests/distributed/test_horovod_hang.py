@@ -107,3 +107,37 @@ def test_diverged_collectives_under_horovodrun(tmp_path: Path) -> None:
         f"rank 1 called all_gather ({_site('odd')}) where ranks 0, 2 called all_reduce "
         f"({_site('fourth')}) at #4 of the world: the ranks diverged" in text
     ), text
+
+
+def test_a_barrier_timeout_under_horovodrun_names_the_rank_at_fault(tmp_path: Path) -> None:
+    """A timed barrier is the one wait Horovod's ranks can end themselves: ranks 0 and 1 raise
+    `BarrierTimeout` after 5 s, and its message carries the verdict, asked of every rank's
+    reporter through the coordination store (rank 2 sleeps in Python, its main thread lost)."""
+    launcher = Path(sys.executable).with_name("horovodrun")
+    command = [
+        str(launcher), "-np", "3", "-H", "localhost:3", "--gloo",
+        sys.executable, targets.__file__, str(tmp_path), "barrier", "horovod",
+    ]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "src"), env.get("PYTHONPATH", "")])
+    job = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    pids: list[int] = []
+    try:
+        _wait_for(tmp_path / "started", START_TIMEOUT)
+        _wait_for(tmp_path / "caught", targets.BARRIER_TIMEOUT + 60)
+        pids = [int(p.read_text()) for p in sorted(tmp_path.glob("worker-*.pid"))]
+        time.sleep(1.0)  # rank 0's traceback reaches horovodrun's output
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)  # rank 2 would sleep on
+        output = job.communicate()[0]
+    text = re.sub(r"\s+", " ", output)
+    assert "Barrier timed out after 5 s" in text, text[-3000:]
+    assert f"Hang in barrier #4 of the world ({_site('barrier')}): ranks 0, 1 are waiting" in text
+    assert (
+        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it is at "
+        f"{_site('stuck')} in stuck_here." in text
+    ), text[-3000:]
+    assert_gone(pids, timeout=10)

@@ -33,19 +33,22 @@ import traceback
 import weakref
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from distbridge.reliability.fail_together import job_root, read_failure
 from distbridge.reliability.ledger import CollectiveLedger
-from distbridge.reliability.verdict import RankReport, Record
+from distbridge.reliability.verdict import RankReport, Record, verdict
 
 __all__ = [
     "DIR_ENV_VAR",
+    "LedgerOwner",
     "Reporter",
     "ask_job",
     "collect",
+    "job_verdict",
     "read_dump_dir",
     "report",
+    "start_reporter",
     "where_now",
     "write_report",
 ]
@@ -332,3 +335,36 @@ def ask_job(address: str, wait: float = 3.0) -> tuple[list[RankReport], int]:
         )
     world_size = int(store.get(WORLD_KEY))
     return collect(store, world_size, wait=wait), world_size
+
+
+class LedgerOwner(Protocol):
+    """What `start_reporter` and `job_verdict` use of a model (``ModelContract``'s part)."""
+
+    ledger: CollectiveLedger
+
+    def get_rank(self) -> int: ...
+    def get_world_size(self) -> int: ...
+    def is_current(self) -> bool: ...
+
+
+def start_reporter(store: Any, model: LedgerOwner) -> Reporter | None:
+    """A `Reporter` of ``model``'s ledger through ``store``, which ends when the model's
+    context is gone; None where the store cannot be cloned or reached (no verdicts then)."""
+    ref = weakref.ref(model)
+
+    def alive() -> bool:
+        current = ref()
+        return current is not None and current.is_current()
+
+    try:
+        return Reporter(store, model.get_rank(), model.ledger, alive, model.get_world_size())
+    except RuntimeError:
+        return None
+
+
+def job_verdict(store: Any, model: LedgerOwner, notes: Mapping[int, str], wait: float) -> str:
+    """Who is at fault in ``model``'s job, from every rank's ledger asked through ``store`` for
+    up to ``wait`` seconds (``notes``: rank -> why it cannot answer)."""
+    world = model.get_world_size()
+    reports = collect(store, world, me=(model.get_rank(), model.ledger), wait=wait, notes=notes)
+    return verdict(reports, world).text

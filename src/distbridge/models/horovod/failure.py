@@ -1,5 +1,7 @@
-"""Fail together for Horovod: the coordination store from the start, the failure note, and
-Horovod's own coordinated shutdown as the abort.
+"""Fail together for Horovod: the coordination store from the start, the failure note,
+Horovod's own coordinated shutdown as the abort, and the reporter that publishes this rank's
+ledger for the hang verdict (``hang_verdict``: a timed barrier's timeout names the rank at
+fault).
 
 ``initialize("horovod")`` (and ``spawn``'s Horovod workers) make the coordination store at
 once, with one broadcast every rank makes at the same point, so that a rank that fails later
@@ -17,10 +19,15 @@ it keeps Horovod's own behaviour (its error names no rank).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from distbridge.reliability import fail_together
 from distbridge.reliability.failure_watch import FailureWatch, start_watch
+from distbridge.reliability.hang_report import Reporter, job_verdict, start_reporter
+
+if TYPE_CHECKING:
+    from distbridge.reliability.ledger import CollectiveLedger
 
 __all__ = ["HorovodFailTogether"]
 
@@ -29,11 +36,16 @@ class HorovodFailTogether:
     """The fail-together part of ``HorovodModel``: `Abortable` for `translate_peer_failure`."""
 
     _watch: FailureWatch | None = None
+    _reporter: Reporter | None = None  # publishes the ledger for the hang verdict
     _fails_together = False  # set by `_start_failing_together`
 
     if TYPE_CHECKING:
         _hvd: Any
         _store: Any
+        ledger: CollectiveLedger
+
+        def is_current(self) -> bool:
+            """Whether Horovod is still initialized for this model."""
 
         def get_rank(self) -> int:
             """This rank."""
@@ -54,6 +66,7 @@ class HorovodFailTogether:
         self._fails_together = True
         fail_together.install_excepthook(rank, world_size, self._hvd.shutdown, self.failure_store)
         self._watch = start_watch(store, rank, lambda: None)  # keeps the note; nothing to cut
+        self._reporter = start_reporter(store, self)
 
     def _leave_job(self, current: bool) -> None:
         """At ``finalize``: stop watching; then, if this context is still ``current``, tell
@@ -62,6 +75,8 @@ class HorovodFailTogether:
         fail_together.uninstall_excepthook()
         if self._watch is not None:
             self._watch.stop()
+        if self._reporter is not None:
+            self._reporter.stop()
         if current and self._fails_together:
             fail_together.leave(self.get_rank(), self.get_world_size(), store=self._store)
 
@@ -74,6 +89,16 @@ class HorovodFailTogether:
     def known_failure(self) -> tuple[int, str] | None:
         """The failure note this rank's watcher read, if one came."""
         return None if self._watch is None else self._watch.note
+
+    def hang_verdict(self, notes: Mapping[int, str], wait: float) -> str | None:
+        """Who is at fault, from every rank's ledger asked through the coordination store for
+        up to ``wait`` seconds (``notes``: rank -> why it cannot answer); None for an adopted
+        context, which has no store from the start. Horovod cannot interrupt a stuck
+        collective: the verdict comes where something else ends the wait (a timed barrier,
+        Horovod's own stall shutdown, a signal, ``python -m distbridge why``)."""
+        if not self._fails_together:
+            return None
+        return job_verdict(self._store, self, notes, wait)
 
     def failure_store(self) -> Any | None:
         """The coordination store, where this context fails together (``initialize`` in a

@@ -11,14 +11,12 @@ rank left. A context adopted from outside distbridge starts none of this.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from distbridge.reliability import coordination, fail_together
 from distbridge.reliability.failure_watch import FailureWatch, start_watch
-from distbridge.reliability.hang_report import Reporter, collect
-from distbridge.reliability.verdict import verdict
+from distbridge.reliability.hang_report import Reporter, job_verdict, start_reporter
 
 if TYPE_CHECKING:
     from distbridge.models._layout import Layout
@@ -43,13 +41,20 @@ class NativeFailTogether:
         def is_current(self) -> bool:
             """Whether this model's process group is the live one."""
 
+        def get_rank(self) -> int:
+            """This rank."""
+
+        def get_world_size(self) -> int:
+            """The number of ranks."""
+
     def _start_failing_together(self) -> None:
         """Let an uncaught exception leave a note and cut this rank off, watch for a peer's
         note, and publish the ledger."""
         rank, world_size = self._layout.rank, self._layout.world_size
         fail_together.install_excepthook(rank, world_size, self.abort_communicator)
-        self._watch = start_watch(coordination.default_store(), rank, self.abort_communicator)
-        self._reporter = self._start_reporter()
+        store = coordination.default_store()
+        self._watch = start_watch(store, rank, self.abort_communicator)
+        self._reporter = None if store is None else start_reporter(store, self)
 
     def _leave_job(self, current: bool) -> None:
         """At ``finalize``: stop watching and reporting; then, if this context is still
@@ -70,30 +75,11 @@ class NativeFailTogether:
         """The failure note this rank's watcher read, if one came."""
         return None if self._watch is None else self._watch.note
 
-    def _start_reporter(self) -> Reporter | None:
-        store = coordination.default_store()
-        if store is None:
-            return None
-        ref = weakref.ref(self)
-
-        def alive() -> bool:
-            model = ref()
-            return model is not None and model.is_current()
-
-        try:
-            return Reporter(store, self._layout.rank, self.ledger, alive, self._layout.world_size)
-        except RuntimeError:  # a store that cannot be cloned or reached: no verdicts
-            return None
-
     def hang_verdict(self, notes: Mapping[int, str], wait: float) -> str | None:
         """Who is at fault, from every rank's ledger asked through the job's store for up to
         ``wait`` seconds (``notes``: rank -> why it cannot answer); None without a store."""
         store = coordination.default_store()
-        if store is None:
-            return None
-        rank, world = self._layout.rank, self._layout.world_size
-        reports = collect(store, world, me=(rank, self.ledger), wait=wait, notes=notes)
-        return verdict(reports, world).text
+        return None if store is None else job_verdict(store, self, notes, wait)
 
     def failure_store(self) -> Any | None:
         """The default process group's store, which holds the failure note."""
