@@ -95,9 +95,10 @@ def _reduced(model: ComputationModel, work: torch.Tensor, name: str, resolved: A
 
 
 def _as_bytes(model: ComputationModel, dtype: torch.dtype) -> bool:
-    """Whether a tensor of ``dtype`` moves as its bytes: the backend lacks the dtype, or it is
-    complex (the functional all-to-all takes no complex tensors)."""
-    return dtype in model.uncarried_dtypes or dtype.is_complex
+    """Whether a tensor of ``dtype`` moves as its bytes: the backend lacks the dtype, it is
+    complex (the functional all-to-all takes no complex tensors), or it is bool (inductor
+    gives the functional all-gather and broadcast of bools back as int64, torch 2.13)."""
+    return dtype in model.uncarried_dtypes or dtype.is_complex or dtype is torch.bool
 
 
 def _bytes_if_uncarried(model: ComputationModel, x: torch.Tensor) -> torch.Tensor:
@@ -203,11 +204,12 @@ def scatter(model: ComputationModel, tensors: Any, src: int, group: Any, out: An
         sent = torch.cat([_bytes_if_uncarried(model, t.reshape(-1)) for t in tensors])
     else:
         sent = _bytes_if_uncarried(model, like.reshape(-1))[:0]
-    width = like.dtype.itemsize if _as_bytes(model, like.dtype) else 1
+    in_bytes = _as_bytes(model, like.dtype)
+    width = like.dtype.itemsize if in_bytes else 1
     ins = [n * width] * size if is_src else [0] * size
     outs = [n * width if j == root else 0 for j in range(size)]
     got = funcol.all_to_all_single(sent, outs, ins, _process_group(resolved))
-    got = byte_view.from_bytes(got, like.dtype, tuple(like.shape)) if width > 1 else got
+    got = byte_view.from_bytes(got, like.dtype, tuple(like.shape)) if in_bytes else got
     got = got.view(like.shape)
     return _write(out, got)
 
