@@ -101,8 +101,15 @@ def _as_bytes(model: ComputationModel, dtype: torch.dtype) -> bool:
     return dtype in model.uncarried_dtypes or dtype.is_complex or dtype is torch.bool
 
 
-def _bytes_if_uncarried(model: ComputationModel, x: torch.Tensor) -> torch.Tensor:
-    return byte_view.as_bytes(x) if _as_bytes(model, x.dtype) else x
+def _sendable(model: ComputationModel, x: torch.Tensor) -> torch.Tensor:
+    """``x`` as a functional collective moves it: contiguous (inductor hands a broadcast's
+    input on in its own strides, so a transposed source sent its elements in memory order;
+    torch 2.13), as its bytes where it moves so. The bytes come from a dense copy: a
+    compiled ``view(dtype)`` fails on the odd strides torch allows on size-1 dims, which
+    eager ``as_bytes`` reads around."""
+    if not _as_bytes(model, x.dtype):
+        return x.contiguous()
+    return byte_view.as_bytes(x.clone(memory_format=torch.contiguous_format))
 
 
 def _write(x: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
@@ -146,7 +153,7 @@ def all_gather(model: ComputationModel, x: torch.Tensor, group: Any) -> torch.Te
         return x
     x = x.unsqueeze(0) if x.dim() == 0 else x
     size = model._group_size(resolved)
-    out = funcol.all_gather_tensor(_bytes_if_uncarried(model, x), 0, _process_group(resolved))
+    out = funcol.all_gather_tensor(_sendable(model, x), 0, _process_group(resolved))
     if _as_bytes(model, x.dtype):
         out = byte_view.from_bytes(out, x.dtype, (size * x.shape[0], *x.shape[1:]))
     return out
@@ -160,7 +167,7 @@ def broadcast(model: ComputationModel, x: torch.Tensor, src: int, group: Any) ->
     if resolved is _NOT_A_MEMBER:
         return x
     root = src if resolved is None else dist.get_group_rank(resolved, src)
-    sent = _bytes_if_uncarried(model, x)
+    sent = _sendable(model, x)
     out = funcol.broadcast(sent, root, _process_group(resolved))
     if model.get_rank() == src:
         return x
@@ -201,9 +208,9 @@ def scatter(model: ComputationModel, tensors: Any, src: int, group: Any, out: An
     n = like.numel()
     root = src if resolved is None else dist.get_group_rank(resolved, src)
     if is_src:
-        sent = torch.cat([_bytes_if_uncarried(model, t.reshape(-1)) for t in tensors])
+        sent = torch.cat([_sendable(model, t.reshape(-1)) for t in tensors])
     else:
-        sent = _bytes_if_uncarried(model, like.reshape(-1))[:0]
+        sent = _sendable(model, like.reshape(-1))[:0]
     in_bytes = _as_bytes(model, like.dtype)
     width = like.dtype.itemsize if in_bytes else 1
     ins = [n * width] * size if is_src else [0] * size
@@ -249,7 +256,7 @@ def all_to_all(
             f"all_to_all of one tensor needs dim 0 to split into {size} equal chunks, got "
             f"shape {tuple(x.shape)}."
         )
-    sent = _bytes_if_uncarried(model, x.contiguous())
+    sent = _sendable(model, x)
     got = funcol.all_to_all_single(sent, None, None, _process_group(resolved))
     if _as_bytes(model, x.dtype):
         got = byte_view.from_bytes(got, x.dtype, tuple(x.shape))
