@@ -113,8 +113,10 @@ def _sendable(model: ComputationModel, x: torch.Tensor) -> torch.Tensor:
 
 
 def _write(x: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
+    """``result`` written into ``x``, through a view: a compiled ``copy_`` straight into a
+    0-d float64 input is lost (aot_eager and inductor, torch 2.13)."""
     with torch.no_grad():
-        x.copy_(result)
+        x.unsqueeze(0).copy_(result.unsqueeze(0))
     return x
 
 
