@@ -85,10 +85,10 @@ def _reduced(model: ComputationModel, work: torch.Tensor, name: str, resolved: A
         name = "MAX"
     average = name == "AVG" and not model._native_avg()
     sent = "SUM" if average else name
-    if work.is_complex():  # part by part, as c10d does
-        out = torch.view_as_complex(
-            funcol.all_reduce(torch.view_as_real(work), _FUNCOL_OPS[sent], pg).contiguous()
-        )
+    if work.is_complex():  # part by part, as c10d does, from a stacked copy: inductor
+        # re-places an all-reduce of view_as_real(work), of its clone() too, into the caller's
+        parts = torch.stack((work.real, work.imag), dim=-1)
+        out = torch.view_as_complex(funcol.all_reduce(parts, _FUNCOL_OPS[sent], pg).contiguous())
     else:
         out = funcol.all_reduce(work, _FUNCOL_OPS[sent], pg)
     return divide_(out, model._group_size(resolved)) if average else out
