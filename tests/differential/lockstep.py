@@ -101,8 +101,9 @@ def run_in_lockstep(
                 [f"{i}/{r}" for r in range(world) if r != rank], timedelta(seconds=case_timeout)
             )
         except Exception as err:  # the store's timeout: some rank is stuck in this case
+            mine = f" ({problem})" if problem else ""  # e.g. it raised before a collective
             raise TimeoutError(
-                f"case {i}, {label(case)}: rank {rank} finished it but not every rank did"
-                f" within {case_timeout} s: a hang"
+                f"case {i}, {label(case)}: rank {rank} finished it{mine} but not every rank"
+                f" did within {case_timeout} s: a hang"
             ) from err
     return found

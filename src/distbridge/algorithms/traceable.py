@@ -86,28 +86,38 @@ def _reduced(model: ModelContract, work: torch.Tensor, name: str, resolved: Any)
         return fold(rows, name).view(work.shape)
     average = engine_op == "AVG" and not model.native_avg()
     sent = "SUM" if average else engine_op
-    if work.is_complex():  # part by part, as c10d does
-        out = torch.view_as_complex(
-            funcol.all_reduce(torch.view_as_real(work), _FUNCOL_OPS[sent], pg).contiguous()
-        )
+    if work.is_complex():  # part by part, as c10d does, from a stacked copy: inductor
+        # re-places an all-reduce of view_as_real(work), of its clone() too, into the caller's
+        parts = torch.stack((work.real, work.imag), dim=-1)
+        out = torch.view_as_complex(funcol.all_reduce(parts, _FUNCOL_OPS[sent], pg).contiguous())
     else:
         out = funcol.all_reduce(work, _FUNCOL_OPS[sent], pg)
     return divide_(out, model.group_size(resolved)) if average else out
 
 
 def _as_bytes(model: ModelContract, dtype: torch.dtype) -> bool:
-    """Whether a tensor of ``dtype`` moves as its bytes: the backend lacks the dtype, or it is
-    complex (the functional all-to-all takes no complex tensors)."""
-    return dtype in model.uncarried_dtypes or dtype.is_complex
+    """Whether a tensor of ``dtype`` moves as its bytes: the backend lacks the dtype, it is
+    complex (the functional all-to-all takes no complex tensors), or it is bool (inductor
+    gives the functional all-gather and broadcast of bools back as int64, torch 2.13)."""
+    return dtype in model.uncarried_dtypes or dtype.is_complex or dtype is torch.bool
 
 
-def _bytes_if_uncarried(model: ModelContract, x: torch.Tensor) -> torch.Tensor:
-    return byte_view.as_bytes(x) if _as_bytes(model, x.dtype) else x
+def _sendable(model: ModelContract, x: torch.Tensor) -> torch.Tensor:
+    """``x`` as a functional collective moves it: contiguous (inductor hands a broadcast's
+    input on in its own strides, so a transposed source sent its elements in memory order;
+    torch 2.13), as its bytes where it moves so. The bytes come from a dense copy: a
+    compiled ``view(dtype)`` fails on the odd strides torch allows on size-1 dims, which
+    eager ``as_bytes`` reads around."""
+    if not _as_bytes(model, x.dtype):
+        return x.contiguous()
+    return byte_view.as_bytes(x.clone(memory_format=torch.contiguous_format))
 
 
 def _write(x: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
+    """``result`` written into ``x``, through a view: a compiled ``copy_`` straight into a
+    0-d float64 input is lost (aot_eager and inductor, torch 2.13)."""
     with torch.no_grad():
-        x.copy_(result)
+        x.unsqueeze(0).copy_(result.unsqueeze(0))
     return x
 
 
@@ -146,7 +156,7 @@ def all_gather(model: ModelContract, x: torch.Tensor, group: Any) -> torch.Tenso
         return x
     x = x.unsqueeze(0) if x.dim() == 0 else x
     size = model.group_size(resolved)
-    out = funcol.all_gather_tensor(_bytes_if_uncarried(model, x), 0, _process_group(resolved))
+    out = funcol.all_gather_tensor(_sendable(model, x), 0, _process_group(resolved))
     if _as_bytes(model, x.dtype):
         out = byte_view.from_bytes(out, x.dtype, (size * x.shape[0], *x.shape[1:]))
     return out
@@ -160,7 +170,7 @@ def broadcast(model: ModelContract, x: torch.Tensor, src: int, group: Any) -> to
     if resolved is _NOT_A_MEMBER:
         return x
     root = src if resolved is None else dist.get_group_rank(resolved, src)
-    sent = _bytes_if_uncarried(model, x)
+    sent = _sendable(model, x)
     out = funcol.broadcast(sent, root, _process_group(resolved))
     if model.get_rank() == src:
         return x
@@ -201,14 +211,15 @@ def scatter(model: ModelContract, tensors: Any, src: int, group: Any, out: Any) 
     n = like.numel()
     root = src if resolved is None else dist.get_group_rank(resolved, src)
     if is_src:
-        sent = torch.cat([_bytes_if_uncarried(model, t.reshape(-1)) for t in tensors])
+        sent = torch.cat([_sendable(model, t.reshape(-1)) for t in tensors])
     else:
-        sent = _bytes_if_uncarried(model, like.reshape(-1))[:0]
-    width = like.dtype.itemsize if _as_bytes(model, like.dtype) else 1
+        sent = _sendable(model, like.reshape(-1))[:0]
+    in_bytes = _as_bytes(model, like.dtype)
+    width = like.dtype.itemsize if in_bytes else 1
     ins = [n * width] * size if is_src else [0] * size
     outs = [n * width if j == root else 0 for j in range(size)]
     got = funcol.all_to_all_single(sent, outs, ins, _process_group(resolved))
-    got = byte_view.from_bytes(got, like.dtype, tuple(like.shape)) if width > 1 else got
+    got = byte_view.from_bytes(got, like.dtype, tuple(like.shape)) if in_bytes else got
     got = got.view(like.shape)
     return _write(out, got)
 
@@ -246,7 +257,7 @@ def all_to_all(model: ModelContract, tensors: Any, group: Any) -> list[torch.Ten
             f"all_to_all of one tensor needs dim 0 to split into {size} equal chunks, got "
             f"shape {tuple(x.shape)}."
         )
-    sent = _bytes_if_uncarried(model, x.contiguous())
+    sent = _sendable(model, x)
     got = funcol.all_to_all_single(sent, None, None, _process_group(resolved))
     if _as_bytes(model, x.dtype):
         got = byte_view.from_bytes(got, x.dtype, tuple(x.shape))
