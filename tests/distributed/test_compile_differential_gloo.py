@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from distbridge.testing import run_distributed
 from tests.differential import lockstep
 from tests.differential import tensor_cases as tc
 from tests.distributed import compile_differential_targets as targets
-from tests.distributed import warm
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
 
@@ -49,7 +49,10 @@ def reports(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     world = request.param
     store = tmp_path_factory.mktemp(f"compile-{world}") / "store"
     start = time.perf_counter()
-    got = warm.call(
+    # A job of its own, not a warm world: what inductor generates is loaded as modules, which
+    # hypothesis reads for constants to draw from (its "local constants"), and ranks that
+    # loaded different ones would then draw different cases in every later lockstep test.
+    got = run_distributed(
         targets.run_compiled_differential,
         world_size=world,
         args=(str(store), PER_FUNC, INDUCTOR_PER_FUNC),

@@ -6,7 +6,6 @@ distbridge why DIR`` names the rank at fault while the job still hangs.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -16,27 +15,18 @@ from pathlib import Path
 import pytest
 
 from tests.distributed import hang_targets as targets
+from tests.distributed.hang_checks import (
+    STUCK_IN_PYTHON,
+    assert_rank_2_behind,
+    one_line,
+    wait_for,
+)
 from tests.distributed.process_checks import assert_gone
 from tests.ports import free_port
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
 
 REPO = Path(__file__).resolve().parents[2]
-SOURCE = Path(targets.__file__).read_text().splitlines()
-FILE = os.path.relpath(targets.__file__, REPO)  # as the workers, started in REPO, name it
-
-
-def _site(name: str) -> str:
-    line = next(i for i, text in enumerate(SOURCE, 1) if text.endswith(f"# SITE:{name}"))
-    return f"{FILE}:{line}"
-
-
-def _wait_for(path: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{path} did not appear within {timeout} s")
-        time.sleep(0.05)
 
 
 def test_sigusr2_writes_every_rank_report_for_why(tmp_path: Path) -> None:
@@ -55,7 +45,7 @@ def test_sigusr2_writes_every_rank_report_for_why(tmp_path: Path) -> None:
         command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
-        _wait_for(tmp_path / "started", 90)  # ranks 0, 1 enter the all-reduce that hangs
+        wait_for(tmp_path / "started", 90)  # ranks 0, 1 enter the all-reduce that hangs
         time.sleep(targets.SETTLE_SECONDS + 0.5)  # rank 2 is in stuck_here
         pids = [int(p.read_text()) for p in sorted(tmp_path.glob("worker-*.pid"))]
         assert len(pids) == 3
@@ -64,7 +54,7 @@ def test_sigusr2_writes_every_rank_report_for_why(tmp_path: Path) -> None:
         for pid in pids:
             os.kill(pid, signal.SIGUSR2)
         for rank in range(3):
-            _wait_for(dumps / f"rank{rank}.json", 5)
+            wait_for(dumps / f"rank{rank}.json", 5)
         why = [sys.executable, "-m", "distbridge", "why", str(dumps)]
         done = subprocess.run(why, capture_output=True, text=True, timeout=60, check=False)
         assert all(os.path.exists(f"/proc/{pid}") for pid in pids), "the signal ended a rank"
@@ -74,12 +64,8 @@ def test_sigusr2_writes_every_rank_report_for_why(tmp_path: Path) -> None:
             job.kill()
             job.communicate()
     assert done.returncode == 0, done.stderr
-    text = re.sub(r"\s+", " ", done.stdout)
-    assert f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 are waiting" in text
-    assert (
-        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it is at "
-        f"{_site('stuck')} in stuck_here." in text
-    ), text
+    text = one_line(done.stdout)
+    assert_rank_2_behind(text, STUCK_IN_PYTHON)
     for rank in range(3):
         assert f"distbridge: rank {rank} wrote its hang report to {dumps}/rank{rank}.json" in output
     assert_gone(pids, timeout=5)

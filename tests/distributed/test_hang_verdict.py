@@ -20,6 +20,14 @@ import pytest
 import distbridge as idist
 from distbridge.errors import SpawnTimeoutError, WorkerFailedError
 from tests.distributed import hang_targets as targets
+from tests.distributed.hang_checks import (
+    SILENT,
+    STUCK_IN_PYTHON,
+    assert_diverged,
+    assert_rank_2_behind,
+    one_line,
+    site,
+)
 from tests.distributed.process_checks import assert_gone
 from tests.ports import free_port
 
@@ -30,18 +38,10 @@ JOB_TIMEOUT = 60.0  # test_a_job_timeout: time enough to start three workers on 
 #: from the hung collective's start to rank 0's error: the timeout, the verdict's wait for
 #: answers (3 s when a rank cannot answer) and slack for two busy cores
 BOUND = TIMEOUT + 3.0 + 6.0
-SOURCE = Path(targets.__file__).read_text().splitlines()
-FILE = os.path.relpath(targets.__file__)  # as the workers, started here, name it
 REPO = Path(__file__).resolve().parents[2]
 #: under torchrun: from the hung collective's start to torchrun's end (its agent stops the
 #: others when one rank ends; each survivor then has TERMINATION_WAIT_SECONDS for its verdict)
 TORCHRUN_BOUND = targets.TORCHRUN_TIMEOUT + 3.0 + 10.0
-
-
-def _site(name: str) -> str:
-    """``tests/distributed/hang_targets.py:<line>`` of the line marked ``# SITE:<name>``."""
-    line = next(i for i, text in enumerate(SOURCE, 1) if text.endswith(f"# SITE:{name}"))
-    return f"{FILE}:{line}"
 
 
 def _spawn_failure(folder: Path, mode: str) -> WorkerFailedError:
@@ -62,7 +62,7 @@ def _check_time_and_processes(folder: Path) -> float:
 
 def _text(error: WorkerFailedError) -> str:
     """The message without the paths gloo prints, the whole words joined on one line."""
-    return re.sub(r"\s+", " ", str(error))
+    return one_line(str(error))
 
 
 def test_a_rank_stuck_in_python(tmp_path: Path) -> None:
@@ -71,11 +71,7 @@ def test_a_rank_stuck_in_python(tmp_path: Path) -> None:
     text = _text(error)
     assert error.rank in (0, 1), text  # a waiting rank timed out: the verdict names rank 2
     assert "CollectiveTimeout: all_reduce timed out." in text, text
-    assert f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 are waiting" in text
-    assert (
-        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it is at "
-        f"{_site('stuck')} in stuck_here." in text
-    ), text
+    assert_rank_2_behind(text, STUCK_IN_PYTHON)
     seconds = _check_time_and_processes(tmp_path)
     print(f"\nHANG stuck in Python: rank 0's verdict {seconds:.1f} s after the hang began")
 
@@ -85,11 +81,7 @@ def test_a_barrier_timeout(tmp_path: Path) -> None:
 
     text = _text(error)
     assert "BarrierTimeout: Barrier timed out after 5 s" in text, text
-    assert f"Hang in barrier #4 of the world ({_site('barrier')}): ranks 0, 1 are waiting" in text
-    assert (
-        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it is at "
-        f"{_site('stuck')} in stuck_here." in text
-    ), text
+    assert_rank_2_behind(text, STUCK_IN_PYTHON, op="barrier", at="barrier")
     seconds = _check_time_and_processes(tmp_path)
     print(f"\nHANG barrier(timeout=5): rank 0's verdict {seconds:.1f} s after the hang began")
 
@@ -98,10 +90,7 @@ def test_diverged_collectives(tmp_path: Path) -> None:
     error = _spawn_failure(tmp_path, "diverge")
 
     text = _text(error)
-    assert (
-        f"rank 1 called all_gather ({_site('odd')}) where ranks 0, 2 called all_reduce "
-        f"({_site('fourth')}) at #4 of the world: the ranks diverged" in text
-    ), text
+    assert_diverged(text)
     seconds = _check_time_and_processes(tmp_path)
     print(f"\nHANG diverged: rank 0's verdict {seconds:.1f} s after the hang began")
 
@@ -112,9 +101,9 @@ def test_a_killed_rank(tmp_path: Path) -> None:
 
     text = _text(error)
     assert (error.rank, error.exitcode) == (2, -signal.SIGKILL), text
-    assert f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 are waiting" in text
+    assert f"Hang in all_reduce #4 of the world ({site('fourth')}): ranks 0, 1 are waiting" in text
     assert (
-        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}), as last "
+        f"rank 2 did not reach it: its last collective was #3 ({site('third')}), as last "
         "published; it failed: its process was killed by signal SIGKILL" in text
     ), text
     assert sorted(error.peer_reports) == [0, 1]
@@ -128,11 +117,7 @@ def test_a_rank_stuck_in_c_holding_the_gil(tmp_path: Path) -> None:
     error = _spawn_failure(tmp_path, "c_call")
 
     text = _text(error)
-    assert f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 are waiting" in text
-    assert (
-        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it did not "
-        "answer, so this is the ledger it last published." in text
-    ), text
+    assert_rank_2_behind(text, SILENT)
     seconds = _check_time_and_processes(tmp_path)
     print(f"\nHANG stuck in C: rank 0's verdict {seconds:.1f} s after the hang began")
 
@@ -148,15 +133,15 @@ def test_the_verdict_rebuilt_from_the_dump_directory(
     command = [sys.executable, "-m", "distbridge", "why", str(dumps)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    text = re.sub(r"\s+", " ", done.stdout)
+    text = one_line(done.stdout)
     # After the hang ranks 0 and 1 raised CollectiveTimeout; their files may have caught that.
-    hang = re.escape(f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 ")
+    hang = re.escape(f"Hang in all_reduce #4 of the world ({site('fourth')}): ranks 0, 1 ")
     assert re.search(
         hang + r"(are waiting in it|entered it, and it raised on ranks? [01, ]+)\.", text
     )
     assert (
-        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it is at "
-        f"{_site('stuck')} in stuck_here." in text
+        f"rank 2 did not reach it: its last collective was #3 ({site('third')})"
+        f"{STUCK_IN_PYTHON}" in text
     ), text
 
 
@@ -167,13 +152,9 @@ def test_a_job_timeout(tmp_path: Path) -> None:
         idist.spawn("gloo", targets.spawned, args=(str(tmp_path), "sleep"), nproc_per_node=3,
                     timeout=120, job_timeout=JOB_TIMEOUT)  # fmt: skip
 
-    text = re.sub(r"\s+", " ", str(info.value))
+    text = one_line(str(info.value))
     assert f"job_timeout of {JOB_TIMEOUT} s" in text, text
-    assert f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 are waiting" in text
-    assert (
-        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it is at "
-        f"{_site('stuck')} in stuck_here." in text
-    ), text
+    assert_rank_2_behind(text, STUCK_IN_PYTHON)
     pids = [int(p.read_text()) for p in sorted(tmp_path.glob("worker-*.pid"))]
     assert len(pids) == 3
     assert_gone(pids, timeout=0)
@@ -203,27 +184,20 @@ def _torchrun(folder: Path, mode: str) -> str:
     assert_gone(pids, timeout=5)
     print(f"\nHANG torchrun {mode}: torchrun ended {seconds:.1f} s after the hang began")
     text = re.sub(r"\[rank\d\]:", " ", done.stdout + done.stderr)
-    return re.sub(r"\s+", " ", text)
+    return one_line(text)
 
 
 def test_a_rank_stuck_in_python_under_torchrun(tmp_path: Path) -> None:
     text = _torchrun(tmp_path, "sleep")
 
     assert "CollectiveTimeout: all_reduce timed out. Hang in all_reduce #4 of the world " in text
-    assert f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 are waiting" in text
-    assert (
-        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it is at "
-        f"{_site('stuck')} in stuck_here." in text
-    ), text
+    assert_rank_2_behind(text, STUCK_IN_PYTHON)
 
 
 def test_diverged_collectives_under_torchrun(tmp_path: Path) -> None:
     text = _torchrun(tmp_path, "diverge")
 
-    assert (
-        f"rank 1 called all_gather ({_site('odd')}) where ranks 0, 2 called all_reduce "
-        f"({_site('fourth')}) at #4 of the world: the ranks diverged" in text
-    ), text
+    assert_diverged(text)
 
 
 def test_a_killed_rank_under_torchrun(tmp_path: Path) -> None:
@@ -233,19 +207,11 @@ def test_a_killed_rank_under_torchrun(tmp_path: Path) -> None:
 
     assert "Signal 9 (SIGKILL) received by PID" in text, text  # torchrun's own summary
     assert "got SIGTERM while in a collective. Why, from every rank's collective ledger:" in text
-    assert f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 are waiting" in text
-    assert (
-        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it did not "
-        "answer, so this is the ledger it last published." in text
-    ), text
+    assert_rank_2_behind(text, SILENT)
 
 
 def test_a_rank_stuck_in_c_under_torchrun(tmp_path: Path) -> None:
     text = _torchrun(tmp_path, "c_call")
 
     assert "CollectiveTimeout: all_reduce timed out. Hang in all_reduce #4 of the world " in text
-    assert f"Hang in all_reduce #4 of the world ({_site('fourth')}): ranks 0, 1 are waiting" in text
-    assert (
-        f"rank 2 did not reach it: its last collective was #3 ({_site('third')}); it did not "
-        "answer, so this is the ledger it last published." in text
-    ), text
+    assert_rank_2_behind(text, SILENT)

@@ -1,0 +1,59 @@
+"""What the hang tests check, shared by the spawn, torchrun, signal and Horovod tests: the
+lines hang_targets.py marks ``# SITE:<name>``, and the verdicts' sentences about them."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.distributed import hang_targets as targets
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCE = Path(targets.__file__).read_text().splitlines()
+FILE = os.path.relpath(targets.__file__, REPO)  # as the workers, started in REPO, name it
+
+
+def site(name: str) -> str:
+    """``tests/distributed/hang_targets.py:<line>`` of the line marked ``# SITE:<name>``."""
+    line = next(i for i, text in enumerate(SOURCE, 1) if text.endswith(f"# SITE:{name}"))
+    return f"{FILE}:{line}"
+
+
+#: how the verdict goes on about rank 2 after its last collective, by what it did next
+STUCK_IN_PYTHON = f"; it is at {site('stuck')} in stuck_here."
+SILENT = "; it did not answer, so this is the ledger it last published."
+
+
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace one space (the verdict is wrapped in places)."""
+    return re.sub(r"\s+", " ", text)
+
+
+def wait_for(path: Path, timeout: float) -> None:
+    """Fail unless ``path`` appears within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{path} did not appear within {timeout} s")
+        time.sleep(0.05)
+
+
+def assert_rank_2_behind(text: str, after: str, op: str = "all_reduce", at: str = "fourth") -> None:
+    """The verdict of the ``sleep`` / ``kill`` / ``c_call`` modes: ranks 0 and 1 wait in
+    collective #4 (``op`` at site ``at``), rank 2 stopped after #3 and ``after`` says how."""
+    assert f"Hang in {op} #4 of the world ({site(at)}): ranks 0, 1 are waiting" in text, text
+    assert (
+        f"rank 2 did not reach it: its last collective was #3 ({site('third')}){after}" in text
+    ), text
+
+
+def assert_diverged(text: str) -> None:
+    """The verdict of the ``diverge`` mode: rank 1 called another collective at #4."""
+    assert (
+        f"rank 1 called all_gather ({site('odd')}) where ranks 0, 2 called all_reduce "
+        f"({site('fourth')}) at #4 of the world: the ranks diverged" in text
+    ), text
