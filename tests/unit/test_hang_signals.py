@@ -84,7 +84,7 @@ def test_a_handler_of_the_user_is_left_alone(
     watch_signals(_TwoRanks(current().ledger))
     assert signal.getsignal(signal.SIGTERM) is mine
     assert signal.getsignal(DUMP_SIGNAL) is signal.SIG_DFL  # not opted in: no dump handler
-    assert hang_signals._watch is None
+    assert hang_signals._installed == []
 
 
 def test_trouble_is_a_collective_not_returned_or_raised() -> None:

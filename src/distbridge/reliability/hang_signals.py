@@ -169,16 +169,16 @@ def _in_trouble(ledger: CollectiveLedger) -> bool:
     return False
 
 
-_watch: _Watch | None = None
+#: the installed handlers of this process (at most one), emptied by `unwatch_signals`
+_installed: list[_Watch] = []
 
 
 def watch_signals(model: Any) -> None:
     """Install the handlers for ``model``'s rank (see the module); nothing for a world of one,
     a model without a ledger or verdict, or outside the main thread."""
-    global _watch
     ledger = getattr(model, "ledger", None)
     explain = getattr(model, "hang_verdict", None)  # the models that can ask their peers
-    if _watch is not None or not isinstance(ledger, CollectiveLedger):
+    if _installed or not isinstance(ledger, CollectiveLedger):
         return
     if model.get_world_size() < 2 or threading.current_thread() is not threading.main_thread():
         return
@@ -193,12 +193,10 @@ def watch_signals(model: Any) -> None:
         text = None if explain is None else explain({}, wait)
         return None if text is None else str(text)
 
-    _watch = _Watch(model.get_rank(), ledger, verdict_text, free)
+    _installed.append(_Watch(model.get_rank(), ledger, verdict_text, free))
 
 
 def unwatch_signals() -> None:
     """Undo `watch_signals` (``finalize``); safe to call when nothing is installed."""
-    global _watch
-    if _watch is not None and threading.current_thread() is threading.main_thread():
-        _watch.uninstall()
-        _watch = None
+    if _installed and threading.current_thread() is threading.main_thread():
+        _installed.pop().uninstall()
