@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 from distbridge.reliability.fail_together import job_root, read_failure
 from distbridge.reliability.ledger import CollectiveLedger
+from distbridge.reliability.liveness import while_current
 from distbridge.reliability.verdict import RankReport, Record, verdict
 
 __all__ = [
@@ -350,12 +351,7 @@ class LedgerOwner(Protocol):
 def start_reporter(store: Any, model: LedgerOwner) -> Reporter | None:
     """A `Reporter` of ``model``'s ledger through ``store``, which ends when the model's
     context is gone; None where the store cannot be cloned or reached (no verdicts then)."""
-    ref = weakref.ref(model)
-
-    def alive() -> bool:
-        current = ref()
-        return current is not None and current.is_current()
-
+    alive = while_current(model)
     try:
         return Reporter(store, model.get_rank(), model.ledger, alive, model.get_world_size())
     except RuntimeError:

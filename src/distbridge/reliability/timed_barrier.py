@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from distbridge.algorithms.groups import GroupCache
 from distbridge.errors import BarrierTimeout, DistributedError, PeerFailed
 from distbridge.reliability.fail_together import ANSWER_WAIT_SECONDS, Explains, read_failure
+from distbridge.reliability.liveness import while_current
 from distbridge.reliability.stacks import StackWatcher, dump
 
 if TYPE_CHECKING:
@@ -152,15 +153,9 @@ def make_timed_barriers(model: ModelContract) -> tuple[StoreBarrier, StackWatche
     store = model.coordination_store()
     if store is None:
         return None
-    ref = weakref.ref(model)
-
-    def alive() -> bool:
-        current = ref()
-        return current is not None and current.is_current()
-
-    watcher = StackWatcher(store, model.get_rank(), alive)
+    watcher = StackWatcher(store, model.get_rank(), while_current(model))
     on_timeout = functools.partial(dump_all_stacks, model)
-    explain = functools.partial(_verdict, ref)
+    explain = functools.partial(_verdict, weakref.ref(model))
     return StoreBarrier(store, model.get_rank(), on_timeout, explain), watcher
 
 
