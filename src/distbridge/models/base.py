@@ -349,8 +349,9 @@ class ComputationModel(ModelSurface):
     ) -> torch.Tensor:
         """All-reduce tensor ``x`` in place with canonical ``op``, through ``device`` (its
         placement) and a carrier where the backend cannot reduce its dtype as it is."""
-        placed = x if x.device == device and x.is_contiguous() else x.to(device).contiguous()
-        work, back = carriers.reduction_carrier(placed, op, self.uncarried_dtypes)
+        work, back = carriers.reduction_carrier(
+            self.to_placement(x, device), op, self.uncarried_dtypes
+        )
         out = self._reduce_placed(work, op, group)
         return write_back(x, out if back is None else back(out))
 

@@ -86,9 +86,13 @@ class ModelSurface(BackendPrimitives):
             members = tuple(sorted(self._group_members(resolved)))
         return members if self.get_rank() in members else None
 
-    def to_placement(self, tensor: torch.Tensor) -> torch.Tensor:
-        """``tensor`` on the device the backend works on, contiguous (itself when it is)."""
-        device = self._placement(tensor)
+    def to_placement(
+        self, tensor: torch.Tensor, device: torch.device | None = None
+    ) -> torch.Tensor:
+        """``tensor`` on the device the backend works on (``device`` when the caller asked
+        already), contiguous; itself when it is."""
+        if device is None:
+            device = self._placement(tensor)
         if tensor.device == device and tensor.is_contiguous():
             return tensor
         return tensor.to(device).contiguous()
