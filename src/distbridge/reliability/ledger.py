@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import sys
 import weakref
@@ -39,9 +40,10 @@ CAPACITY_ENV_VAR: Final = "DISTBRIDGE_LEDGER_SIZE"
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _INSIDE: dict[str, bool] = {}  # file name -> whether it is distbridge's own (cached)
 _getframe = sys._getframe
-_compiling = torch.compiler.is_compiling  # Dynamo cannot trace frames: compiled calls go bare
+# Dynamo cannot trace frames: traced calls go bare. Dynamo folds this to True; eager it is a
+# plain `return False` (a third of `is_compiling`'s cost: no TorchScript check)
+_dynamo_compiling = torch.compiler.is_dynamo_compiling
 _Tensor = torch.Tensor
-_NoneType = type(None)
 
 Members = tuple[int, ...]
 #: (seq, op, dtype or type, shape or None, code, instruction offset)
@@ -203,22 +205,48 @@ class CollectiveLedger:
         return records
 
 
-def _outside(depth: int) -> Any:
-    """The first frame outside distbridge, from ``depth`` levels above this function's
-    caller's caller (the wrapper's caller is 2 here); the last one reached if all are."""
-    frame = _getframe(depth)
+def _outside(frame: Any) -> Any:
+    """The first frame outside distbridge from ``frame`` back (``frame`` itself if it is
+    outside); the last one reached if all are inside."""
     while True:
         name = frame.f_code.co_filename
         inside = _INSIDE.get(name)
         if inside is None:
             inside = _INSIDE[name] = name.startswith(_PACKAGE)
-        if not inside:
+        back = frame.f_back
+        if not inside or back is None:  # outside, or called from distbridge all the way down
             return frame
-        depth += 1
-        try:
-            frame = _getframe(depth)
-        except ValueError:  # called from distbridge itself, all the way down
-            return frame
+        frame = back
+
+
+class _NotGiven:
+    """The default of the wrapper's positional slots: the caller passed nothing there."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+_NO: Final = _NotGiven()
+_SLOTS: Final = 4  # positional arguments after self that the wrapper forwards without packing
+
+
+def _forward(method: Callable[..., Any], self: Any, given: tuple[Any, ...], kwargs: Any) -> Any:
+    """Call ``method`` with the slots that were given (a prefix of them), then the rest."""
+    end = 0
+    while end < len(given) and given[end] is not _NO:
+        end += 1
+    return method(self, *given[:end], **kwargs)
+
+
+def _payload_name(method: Callable[..., Any], x_at: int) -> str:
+    """The name of the parameter at ``x_at`` after ``self`` (for a payload passed by keyword);
+    "" for none."""
+    if x_at < 0:
+        return ""
+    names = list(inspect.signature(method).parameters)[1:]
+    return names[x_at]
 
 
 def recorded(op: str, x_at: int = 0, group_at: int = -1) -> Callable[[_Method], _Method]:
@@ -230,45 +258,83 @@ def recorded(op: str, x_at: int = 0, group_at: int = -1) -> Callable[[_Method], 
         group_at: the position of ``group`` after ``self`` (-1: keyword only).
 
     The undecorated method stays reachable as ``__wrapped__`` (the bench compares both).
-    Everything on the common path is written out in the wrapper, no helper call, since it
-    runs on every collective: the group is read without a dict when it is passed by
-    position or not at all, a caller outside distbridge costs one ``sys._getframe(1)`` and
-    one dict look-up of its file name (the facade's caller is found by `_outside`), and the
-    entry is one tuple in a preallocated ring (nothing is formatted).
+    The wrapper runs on every collective, so its common path is written out in full: up to
+    four positional arguments arrive in positional-only slots and are passed on as they
+    came (no ``*args`` tuple, no ``**kwargs`` dict to forward), a caller outside distbridge
+    costs one ``sys._getframe(1)`` and one dict look-up of its file name (the facade's
+    caller is its ``f_back``; deeper callers are found by `_outside`), and the entry is one
+    tuple in a preallocated ring (nothing is formatted). Under ``torch.compile`` (Dynamo
+    tracing) nothing is recorded.
     """
+    if x_at >= _SLOTS or group_at >= _SLOTS or x_at not in (-1, 0):
+        raise ValueError(
+            f"recorded({op!r}, x_at={x_at}, group_at={group_at}): the payload comes first "
+            f"(x_at=0) or not at all (-1), and group within the first {_SLOTS} positions."
+        )
 
     def decorate(method: _Method) -> _Method:
-        payload = x_at >= 0
-        by_position = group_at >= 0
+        payload = x_at == 0
+        x_name = _payload_name(method, x_at)
 
         @functools.wraps(method)
-        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if _compiling():  # torch.compile traces the collective: nothing to record here
-                return method(self, *args, **kwargs)
-            if by_position and group_at < len(args):
-                group = args[group_at]
-            elif kwargs:
-                group = kwargs.get("group")
+        def wrapper(
+            self: Any,
+            a0: Any = _NO,
+            a1: Any = _NO,
+            a2: Any = _NO,
+            a3: Any = _NO,
+            /,
+            *args: Any,
+            **kwargs: Any,
+        ) -> Any:
+            if _dynamo_compiling():  # the graph traces the collective: nothing to record
+                return _forward(method, self, (a0, a1, a2, a3, *args), kwargs)
+            if group_at == 2:
+                group = a2
+            elif group_at == 1:
+                group = a1
+            elif group_at == 0:
+                group = a0
+            elif group_at == 3:
+                group = a3
             else:
-                group = None
-            log = self.ledger.world if group is None else self.ledger.log_of(group)
+                group = _NO
+            if group is _NO:
+                group = kwargs.get("group") if kwargs else None
+            ledger = self.ledger
+            log = ledger.world if group is None else ledger.log_of(group)
             if log is None:  # not a member, or not a group: the collective says so itself
-                return method(self, *args, **kwargs)
+                return _forward(method, self, (a0, a1, a2, a3, *args), kwargs)
             frame = _getframe(1)  # the caller: the facade, or whoever called the model
-            if _INSIDE.get(frame.f_code.co_filename, True):
-                frame = _outside(2)
+            inside = _INSIDE.get(frame.f_code.co_filename)
+            if inside:  # the facade: its caller is the user's code, most often
+                back = frame.f_back
+                if back is not None:
+                    frame = back
+                    if _INSIDE.get(frame.f_code.co_filename) is not False:
+                        frame = _outside(frame)
+            elif inside is None:  # a file not seen yet
+                frame = _outside(frame)
             log.seq = seq = log.seq + 1
-            if payload and x_at < len(args):
-                x = args[x_at]
-                if x.__class__ is _Tensor:
-                    entry: Entry = (seq, op, x.dtype, x.shape, frame.f_code, frame.f_lasti)
-                else:
-                    entry = (seq, op, x.__class__, None, frame.f_code, frame.f_lasti)
+            x = a0 if payload else None
+            if x is _NO:
+                x = kwargs.get(x_name) if kwargs else None
+            if x.__class__ is _Tensor:
+                entry: Entry = (seq, op, x.dtype, x.shape, frame.f_code, frame.f_lasti)
             else:
-                entry = (seq, op, _NoneType, None, frame.f_code, frame.f_lasti)
+                entry = (seq, op, x.__class__, None, frame.f_code, frame.f_lasti)
             log.ring[seq % log.capacity] = entry
             try:
-                result = method(self, *args, **kwargs)
+                if args or kwargs:
+                    result = _forward(method, self, (a0, a1, a2, a3, *args), kwargs)
+                elif a1 is _NO:
+                    result = method(self) if a0 is _NO else method(self, a0)
+                elif a2 is _NO:
+                    result = method(self, a0, a1)
+                elif a3 is _NO:
+                    result = method(self, a0, a1, a2)
+                else:
+                    result = method(self, a0, a1, a2, a3)
             except BaseException:
                 log.passed = log.seq
                 log.raised[seq % log.capacity] = seq
