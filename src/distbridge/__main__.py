@@ -49,11 +49,14 @@ def _parser() -> argparse.ArgumentParser:
         help="why a job hangs: the verdict from every rank's collective ledger",
         description="Name the rank at fault in a hung job: from the files its ranks wrote to "
         "DISTBRIDGE_HANG_DIR (DIR), or by asking the running job through its store "
-        "(--store MASTER_ADDR:MASTER_PORT).",
+        "(--store MASTER_ADDR:MASTER_PORT), or by the pid of one of its processes (--pid).",
     )
     source = why.add_mutually_exclusive_group(required=True)
     source.add_argument("directory", nargs="?", metavar="DIR", help="the DISTBRIDGE_HANG_DIR")
     source.add_argument("--store", metavar="HOST:PORT", help="the job's MASTER_ADDR:MASTER_PORT")
+    source.add_argument(
+        "--pid", type=int, help="a rank's pid, or a launcher's above the ranks (spawn, torchrun)"
+    )
     why.add_argument(
         "--wait", type=float, default=3.0, help="seconds the ranks get to answer (default: 3)"
     )
@@ -84,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "why":
         from distbridge.cli import why
 
-        return why.main(args.directory, args.store, args.wait)
+        return why.main(args.directory, args.store, args.wait, args.pid)
     from distbridge.cli import check
     from distbridge.cli._format import parse_sizes
     from distbridge.cli.info import default_backend

@@ -2,7 +2,9 @@
 
 ``why DIR`` rebuilds the verdict from the files the ranks wrote to ``DISTBRIDGE_HANG_DIR``
 (also after the job is gone); ``why --store HOST:PORT`` asks a running job through its
-store (its MASTER_ADDR and MASTER_PORT): every rank answers with its ledger and where it is.
+store (its MASTER_ADDR and MASTER_PORT): every rank answers with its ledger and where it is;
+``why --pid PID`` finds that address on the job card of a rank (or of a rank below the
+process, such as ``spawn``'s parent or torchrun's agent) and asks the same way.
 """
 
 from __future__ import annotations
@@ -10,14 +12,17 @@ from __future__ import annotations
 import sys
 
 from distbridge.reliability.hang_report import ask_job, read_dump_dir
+from distbridge.reliability.job_cards import find_card
 from distbridge.reliability.verdict import verdict
 
 __all__ = ["main"]
 
 
-def main(directory: str | None, store: str | None, wait: float) -> int:
+def main(directory: str | None, store: str | None, wait: float, pid: int | None = None) -> int:
     """Print the verdict; 0 when it could be made, 1 when there was nothing to read."""
     try:
+        if pid is not None:
+            store = find_card(pid).store
         if store is not None:
             reports, world_size = ask_job(store, wait)
         else:  # argparse asks for exactly one of the two

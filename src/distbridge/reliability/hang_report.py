@@ -36,6 +36,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from distbridge.reliability.fail_together import job_root, read_failure
+from distbridge.reliability.job_cards import write_card
 from distbridge.reliability.ledger import CollectiveLedger
 from distbridge.reliability.liveness import while_current
 from distbridge.reliability.verdict import RankReport, Record, verdict
@@ -353,9 +354,11 @@ def start_reporter(store: Any, model: LedgerOwner) -> Reporter | None:
     context is gone; None where the store cannot be cloned or reached (no verdicts then)."""
     alive = while_current(model)
     try:
-        return Reporter(store, model.get_rank(), model.ledger, alive, model.get_world_size())
+        reporter = Reporter(store, model.get_rank(), model.ledger, alive, model.get_world_size())
     except RuntimeError:
         return None
+    write_card(job_root(store), model.get_rank(), model.get_world_size())  # for why --pid
+    return reporter
 
 
 def job_verdict(store: Any, model: LedgerOwner, notes: Mapping[int, str], wait: float) -> str:

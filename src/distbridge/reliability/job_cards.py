@@ -1,0 +1,160 @@
+"""Job cards: where a rank's job can be asked for its hang verdict, found by the rank's pid.
+
+Each rank that runs a hang reporter writes a small JSON card,
+``<tmp>/distbridge-<user>/cards/<pid>.json``, with its rank, the world size and the address
+(``host:port``) of the job's store, so that ``python -m distbridge why --pid PID`` can ask
+the running job without being told its MASTER_ADDR and MASTER_PORT. The pid may also be an
+ancestor of the ranks (``spawn``'s parent, torchrun's agent): the card of a rank below it is
+used. A card is removed when its process exits normally; cards of processes that are gone
+are removed by the next writer or reader. Nothing but this JSON is read back.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import getpass
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["JobCard", "card_dir", "find_card", "write_card"]
+
+_ANCESTOR_HOPS = 6  # spawn's parent -> warm starter -> worker, torchrun's agent -> worker, ...
+
+
+@dataclass(frozen=True)
+class JobCard:
+    """One rank's card: its pid and rank, the world size, the job store's ``host:port``."""
+
+    pid: int
+    rank: int
+    world_size: int
+    store: str
+
+
+def card_dir() -> str:
+    """The folder of this user's cards (made on first use), named by the uid on POSIX."""
+    getuid = getattr(os, "getuid", None)
+    if getuid is not None:
+        user = str(getuid())
+    else:  # Windows
+        try:
+            user = getpass.getuser()
+        except Exception:  # no user name at all
+            user = "user"
+    return os.path.join(tempfile.gettempdir(), f"distbridge-{user}", "cards")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def _store_address(store: Any) -> str | None:
+    """``host:port`` of a TCPStore; None for any other store (a FileStore has no address)."""
+    host = getattr(store, "host", None)
+    port = getattr(store, "port", None)
+    if not isinstance(host, str) or not isinstance(port, int):
+        return None
+    if host in ("", "0.0.0.0", "::"):  # bound to every address: ask through the loopback
+        host = "127.0.0.1"
+    return f"{host}:{port}"
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.remove(path)
+
+
+def write_card(store: Any, rank: int, world_size: int) -> str | None:
+    """Write this process's card for the job whose root store is ``store``; returns its path,
+    or None when the store has no address (the verdict is then asked with ``why DIR``)."""
+    address = _store_address(store)
+    if address is None:
+        return None
+    folder = card_dir()
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        for name in os.listdir(folder):  # the cards of processes that are gone
+            stem = name.removesuffix(".json")
+            if stem.isdigit() and not _alive(int(stem)):
+                _remove(os.path.join(folder, name))
+        pid = os.getpid()
+        path = os.path.join(folder, f"{pid}.json")
+        temporary = f"{path}.tmp"
+        with open(temporary, "w", encoding="utf-8") as out:
+            json.dump({"rank": rank, "world_size": world_size, "store": address}, out)
+        os.replace(temporary, path)
+    except OSError:  # a read-only or full temporary folder: no card, nothing else lost
+        return None
+    atexit.register(_remove, path)
+    return path
+
+
+def _read(folder: str, pid: int) -> JobCard | None:
+    path = os.path.join(folder, f"{pid}.json")
+    try:
+        with open(path, encoding="utf-8") as data:
+            loaded = json.load(data)
+        return JobCard(pid, int(loaded["rank"]), int(loaded["world_size"]), str(loaded["store"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _parent(pid: int) -> int | None:
+    """The parent of ``pid`` (Linux ``/proc``); None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return int(fields[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    for _ in range(_ANCESTOR_HOPS):
+        parent = _parent(pid)
+        if parent is None or parent <= 1:
+            return False
+        if parent == ancestor:
+            return True
+        pid = parent
+    return False
+
+
+def find_card(pid: int) -> JobCard:
+    """The card of process ``pid``, or of the lowest-ranked live rank below it.
+
+    Raises:
+        ProcessLookupError: no process ``pid``.
+        FileNotFoundError: neither it nor a process below it has a card.
+    """
+    if not _alive(pid):
+        raise ProcessLookupError(f"There is no process {pid}: is the job still running?")
+    folder = card_dir()
+    own = _read(folder, pid)
+    if own is not None:
+        return own
+    below: list[JobCard] = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            stem = name.removesuffix(".json")
+            if stem.isdigit() and _alive(int(stem)) and _descends_from(int(stem), pid):
+                card = _read(folder, int(stem))
+                if card is not None:
+                    below.append(card)
+    if not below:
+        raise FileNotFoundError(
+            f"Process {pid} has no distbridge job card, nor any process below it (looked in "
+            f"{folder}): is it a rank of a job started by distbridge (initialize or spawn) "
+            "with more than one rank? Otherwise ask with --store MASTER_ADDR:MASTER_PORT."
+        )
+    return min(below, key=lambda card: card.rank)

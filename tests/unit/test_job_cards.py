@@ -1,0 +1,84 @@
+"""Job cards against what was written: a card is found by its own pid or by an ancestor's,
+says the store's real address, and cards of processes that are gone are cleared."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from torch.distributed import FileStore, TCPStore
+
+from distbridge.reliability import job_cards
+from distbridge.reliability.job_cards import JobCard, card_dir, find_card, write_card
+
+
+@pytest.fixture(autouse=True)
+def own_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+
+@pytest.fixture
+def store() -> TCPStore:
+    return TCPStore("127.0.0.1", 0, 1, True, timeout=timedelta(seconds=10))
+
+
+def test_a_card_is_found_by_its_pid(store: TCPStore) -> None:
+    path = write_card(store, 3, 4)
+
+    assert path == os.path.join(card_dir(), f"{os.getpid()}.json")
+    assert find_card(os.getpid()) == JobCard(os.getpid(), 3, 4, f"127.0.0.1:{store.port}")
+
+
+def test_a_card_is_found_from_an_ancestor(store: TCPStore, tmp_path: Path) -> None:
+    # a child writes its card and waits; this process, its parent, finds it
+    code = (
+        "import sys, time, datetime\n"
+        "from torch.distributed import TCPStore\n"
+        "from distbridge.reliability.job_cards import write_card\n"
+        f"store = TCPStore('127.0.0.1', {store.port}, None, False,"
+        " timeout=datetime.timedelta(seconds=10))\n"
+        "print(write_card(store, 1, 2), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == os.path.join(card_dir(), f"{child.pid}.json")
+        assert find_card(os.getpid()) == JobCard(child.pid, 1, 2, f"127.0.0.1:{store.port}")
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_cards_of_processes_gone_are_cleared(store: TCPStore) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    os.makedirs(card_dir())
+    stale = Path(card_dir(), f"{gone.pid}.json")
+    stale.write_text('{"rank": 0, "world_size": 2, "store": "127.0.0.1:1"}')
+
+    write_card(store, 0, 2)
+
+    assert not stale.exists()
+
+
+def test_a_store_without_an_address_gets_no_card(tmp_path: Path) -> None:
+    assert write_card(FileStore(str(tmp_path / "store"), 1), 0, 2) is None
+    with pytest.raises(FileNotFoundError, match=f"Process {os.getpid()} has no distbridge"):
+        find_card(os.getpid())
+
+
+def test_a_store_bound_to_every_address_is_asked_on_the_loopback() -> None:
+    class Everywhere:
+        host = "0.0.0.0"
+        port = 29500
+
+    assert job_cards._store_address(Everywhere()) == "127.0.0.1:29500"
