@@ -306,23 +306,27 @@ def recorded(op: str, x_at: int = 0, group_at: int = -1) -> Callable[[_Method], 
             if log is None:  # not a member, or not a group: the collective says so itself
                 return _forward(method, self, (a0, a1, a2, a3, *args), kwargs)
             frame = _getframe(1)  # the caller: the facade, or whoever called the model
-            inside = _INSIDE.get(frame.f_code.co_filename)
+            code = frame.f_code
+            inside = _INSIDE.get(code.co_filename)
             if inside:  # the facade: its caller is the user's code, most often
                 back = frame.f_back
                 if back is not None:
                     frame = back
-                    if _INSIDE.get(frame.f_code.co_filename) is not False:
+                    code = frame.f_code
+                    if _INSIDE.get(code.co_filename) is not False:
                         frame = _outside(frame)
+                        code = frame.f_code
             elif inside is None:  # a file not seen yet
                 frame = _outside(frame)
+                code = frame.f_code
             log.seq = seq = log.seq + 1
             x = a0 if payload else None
             if x is _NO:
                 x = kwargs.get(x_name) if kwargs else None
             if x.__class__ is _Tensor:
-                entry: Entry = (seq, op, x.dtype, x.shape, frame.f_code, frame.f_lasti)
+                entry: Entry = (seq, op, x.dtype, x.shape, code, frame.f_lasti)
             else:
-                entry = (seq, op, x.__class__, None, frame.f_code, frame.f_lasti)
+                entry = (seq, op, x.__class__, None, code, frame.f_lasti)
             log.ring[seq % log.capacity] = entry
             try:
                 if args or kwargs:
