@@ -11,10 +11,13 @@ Modes (``spawned(local_rank, folder, mode)``):
 - ``kill``: rank 2 SIGKILLs itself instead;
 - ``barrier``: as ``sleep``, but ranks 0 and 1 wait in ``barrier(timeout=BARRIER_TIMEOUT)``;
 - ``c_call``: rank 2 blocks in a C function that holds the GIL (``PyDLL``'s ``sleep``), so it
-  can answer nothing.
+  can answer nothing (until a signal interrupts the sleep);
+- ``c_deadlock``: as ``c_call``, but the C call is a deadlock (a mutex locked twice) that no
+  signal ends: the rank stays silent through a launcher's SIGTERM, until its SIGKILL.
 
 Rank 0 writes ``<folder>/started`` (the time it entered the fourth collective) and
-``<folder>/caught`` (the time its error came), and every rank its pid to
+``<folder>/caught`` (the time its error came), rank 2 ``<folder>/killed`` (the time it
+SIGKILLs itself), and every rank its pid to
 ``<folder>/worker-<rank>.pid``. The lines marked ``# SITE:<name>`` are the ones the verdict
 must name.
 """
@@ -47,6 +50,13 @@ def stuck_in_c() -> None:
     libc.sleep(int(STUCK_SECONDS))  # SITE:c_call
 
 
+def deadlocked_in_c() -> None:
+    libc = ctypes.PyDLL(ctypes.util.find_library("c"))  # PyDLL: the GIL stays held
+    mutex = ctypes.create_string_buffer(64)  # zeros: PTHREAD_MUTEX_INITIALIZER (glibc)
+    libc.pthread_mutex_lock(mutex)
+    libc.pthread_mutex_lock(mutex)  # SITE:c_deadlock
+
+
 def spawned(local_rank: int, folder: str, mode: str) -> int:
     rank = idist.get_rank()
     Path(folder, f"worker-{rank}.pid").write_text(str(os.getpid()))
@@ -58,9 +68,12 @@ def spawned(local_rank: int, folder: str, mode: str) -> int:
         if mode in ("sleep", "barrier"):
             stuck_here()
         elif mode == "kill":
+            Path(folder, "killed").write_text(repr(time.time()))
             os.kill(os.getpid(), signal.SIGKILL)
         elif mode == "c_call":
             stuck_in_c()
+        elif mode == "c_deadlock":
+            deadlocked_in_c()
     if rank == 0:
         Path(folder, "started").write_text(repr(time.time()))
     try:
