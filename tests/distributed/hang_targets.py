@@ -9,6 +9,8 @@ Modes (``spawned(local_rank, folder, mode)``):
   fourth all-reduce;
 - ``diverge``: rank 1 calls an all-gather where ranks 0 and 2 call that all-reduce;
 - ``kill``: rank 2 SIGKILLs itself instead;
+- ``kill_handled``: as ``kill``, where every rank has a SIGTERM handler of its own (one that
+  ignores it; distbridge then leaves SIGTERM alone), so a launcher's SIGTERM ends no rank;
 - ``barrier``: as ``sleep``, but ranks 0 and 1 wait in ``barrier(timeout=BARRIER_TIMEOUT)``;
 - ``c_call``: rank 2 blocks in a C function that holds the GIL (``PyDLL``'s ``sleep``), so it
   can answer nothing (until a signal interrupts the sleep);
@@ -67,7 +69,7 @@ def spawned(local_rank: int, folder: str, mode: str) -> int:
         time.sleep(SETTLE_SECONDS)
         if mode in ("sleep", "barrier"):
             stuck_here()
-        elif mode == "kill":
+        elif mode in ("kill", "kill_handled"):
             Path(folder, "killed").write_text(repr(time.time()))
             os.kill(os.getpid(), signal.SIGKILL)
         elif mode == "c_call":
@@ -92,6 +94,8 @@ def spawned(local_rank: int, folder: str, mode: str) -> int:
 def main(folder: str, mode: str, backend: str = "gloo") -> None:
     """One rank under torchrun (gloo, with `TORCHRUN_TIMEOUT`) or horovodrun ("horovod"):
     ``initialize`` from the launcher's variables."""
+    if mode == "kill_handled":
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
     if backend == "gloo":
         idist.initialize("gloo", timeout=TORCHRUN_TIMEOUT)
     else:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from distbridge.reliability.fail_together import NOTE_WAIT_SECONDS
 from distbridge.reliability.hang_signals import TERMINATION_WAIT_SECONDS
 from tests.distributed import hang_targets as targets
 from tests.distributed.hang_checks import (
@@ -177,6 +178,35 @@ def test_a_killed_rank_under_horovodrun(tmp_path: Path) -> None:
     assert seconds < bound, f"horovodrun ended {seconds:.1f} s after the hang began"
     after_kill = ended - float((tmp_path / "killed").read_text())
     print(f"\nHANG horovodrun killed: horovodrun ended {after_kill:.1f} s after the SIGKILL")
+
+
+def test_a_killed_rank_named_by_the_survivors_errors_under_horovodrun(tmp_path: Path) -> None:
+    """As `test_a_killed_rank_under_horovodrun`, where the ranks keep SIGTERM for a handler of
+    their own, so that horovodrun's SIGTERM ends none: Horovod's engine shuts down on ranks 0
+    and 1 when rank 2's connection goes, their all-reduce raises Horovod's "has been shut
+    down", and no failure note explains it, so its message gains the verdict."""
+    job = _start_job(tmp_path, "kill_handled")
+    try:
+        wait_for(tmp_path / "started", START_TIMEOUT)
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.communicate()
+        raise
+    text, _ = _output_of_stopped_job(job, 60)
+
+    assert "HorovodInternalError: Horovod has been shut down." in text, text[-3000:]
+    assert (
+        "A peer's connection was lost and it left no note (killed by a signal, or its process "
+        "ended without a word). Why, from every rank's collective ledger:" in text
+    ), text[-3000:]
+    assert_rank_2_behind(text, SILENT)
+    seconds = float((tmp_path / "caught").read_text()) - float((tmp_path / "killed").read_text())
+    bound = NOTE_WAIT_SECONDS + 1.0 + 8.0  # the wait for a note, for the answers, and slack
+    assert seconds < bound, f"rank 0's error came {seconds:.1f} s after the SIGKILL"
+    pids = [int(p.read_text()) for p in sorted(tmp_path.glob("worker-*.pid"))]
+    assert len(pids) == 3
+    assert_gone(pids, timeout=10)
+    print(f"\nHANG horovodrun killed, SIGTERM kept: rank 0's error {seconds:.1f} s after it")
 
 
 def test_a_rank_stuck_in_c_under_horovodrun(tmp_path: Path) -> None:

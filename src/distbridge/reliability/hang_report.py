@@ -11,7 +11,8 @@ A `Reporter` is a daemon thread per rank. Every half second it
 With ``DISTBRIDGE_HANG_DIR`` set, each rank also writes its report to
 ``<dir>/rank<r>.json`` whenever its ledger changed, and where it is every few seconds while
 its ledger stands still (a rank stuck for good is described there even when the job is
-gone): `read_dump_dir` reads them back.
+gone): `read_dump_dir` reads them back, and `collect` falls back on them for a rank the
+store has nothing of.
 
 `collect` asks every rank (or only reads what they published) and returns the reports the
 pure `distbridge.reliability.verdict.verdict` takes; `ask_job` does it from another process,
