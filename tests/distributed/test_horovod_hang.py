@@ -1,11 +1,20 @@
-"""The hang verdict on Horovod, for real: 3 ranks under ``horovodrun --gloo`` with
-``DISTBRIDGE_HANG_DIR`` set, one stuck in Python or the ranks diverged (hang_targets.py).
+"""The hang verdict on Horovod, for real: 3 ranks under ``horovodrun --gloo``, rank 2 stuck
+in Python, in C, or killed, or the ranks diverged (hang_targets.py).
 
 Horovod cannot interrupt a stuck collective (no timeout ends it; its stall check only warns
-after a minute), so the verdict comes from the ranks that can speak: SIGUSR2 makes each
-write its report (ledger, where it is) to the directory while its main thread waits, and
-``python -m distbridge why DIR`` names the rank at fault. Then the job is killed, and no
-process may be left. Without horovod installed these tests skip; ``nox -s horovod`` runs
+after a minute), so the verdict comes from the ranks that can speak:
+
+- stuck in Python or diverged: with ``DISTBRIDGE_HANG_DIR`` set, SIGUSR2 makes each rank
+  write its report (ledger, where it is) to the directory while its main thread waits, and
+  ``python -m distbridge why DIR`` names the rank at fault; then the job is killed;
+- a timed barrier: its `BarrierTimeout` carries the verdict;
+- killed: Horovod's engine shuts down on the survivors and horovodrun SIGTERMs them; each
+  writes the verdict on SIGTERM (or, keeping SIGTERM for a handler of its own, its error
+  carries it);
+- deadlocked in C: the user stops the job (SIGINT to horovodrun), ranks 0 and 1 write the
+  verdict on horovodrun's SIGTERM.
+
+No process may be left. Without horovod installed these tests skip; ``nox -s horovod`` runs
 them.
 """
 
@@ -26,6 +35,7 @@ from distbridge.reliability.fail_together import NOTE_WAIT_SECONDS
 from distbridge.reliability.hang_signals import TERMINATION_WAIT_SECONDS
 from tests.distributed import hang_targets as targets
 from tests.distributed.hang_checks import (
+    SIGTERM_VERDICT,
     SILENT,
     STUCK_IN_PYTHON,
     assert_diverged,
@@ -49,7 +59,6 @@ START_TIMEOUT = 120.0  # three interpreters with torch and horovod on two busy c
 #: and again for the rank's shell (horovod.runner.common.util.safe_shell_exec's
 #: GRACEFUL_TERMINATION_TIME_S): a rank deaf to SIGTERM ends its job twice that late
 GRACE_SECONDS = 5.0
-SIGTERM_VERDICT = "got SIGTERM while in a collective. Why, from every rank's collective ledger:"
 
 
 def _start_job(folder: Path, mode: str, **env_vars: str) -> subprocess.Popen[str]:
