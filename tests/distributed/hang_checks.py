@@ -26,6 +26,8 @@ def site(name: str) -> str:
 #: how the verdict goes on about rank 2 after its last collective, by what it did next
 STUCK_IN_PYTHON = f"; it is at {site('stuck')} in stuck_here."
 SILENT = "; it did not answer, so this is the ledger it last published."
+#: what a rank stuck in a collective writes on a launcher's SIGTERM, before the verdict
+SIGTERM_VERDICT = "got SIGTERM while in a collective. Why, from every rank's collective ledger:"
 
 
 def one_line(text: str) -> str:

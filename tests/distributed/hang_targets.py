@@ -9,12 +9,17 @@ Modes (``spawned(local_rank, folder, mode)``):
   fourth all-reduce;
 - ``diverge``: rank 1 calls an all-gather where ranks 0 and 2 call that all-reduce;
 - ``kill``: rank 2 SIGKILLs itself instead;
+- ``kill_handled``: as ``kill``, where every rank has a SIGTERM handler of its own (one that
+  ignores it; distbridge then leaves SIGTERM alone), so a launcher's SIGTERM ends no rank;
 - ``barrier``: as ``sleep``, but ranks 0 and 1 wait in ``barrier(timeout=BARRIER_TIMEOUT)``;
 - ``c_call``: rank 2 blocks in a C function that holds the GIL (``PyDLL``'s ``sleep``), so it
-  can answer nothing.
+  can answer nothing (until a signal interrupts the sleep);
+- ``c_deadlock``: as ``c_call``, but the C call is a deadlock (a mutex locked twice) that no
+  signal ends: the rank stays silent through a launcher's SIGTERM, until its SIGKILL.
 
 Rank 0 writes ``<folder>/started`` (the time it entered the fourth collective) and
-``<folder>/caught`` (the time its error came), and every rank its pid to
+``<folder>/caught`` (the time its error came), rank 2 ``<folder>/killed`` (the time it
+SIGKILLs itself), and every rank its pid to
 ``<folder>/worker-<rank>.pid``. The lines marked ``# SITE:<name>`` are the ones the verdict
 must name.
 """
@@ -47,6 +52,13 @@ def stuck_in_c() -> None:
     libc.sleep(int(STUCK_SECONDS))  # SITE:c_call
 
 
+def deadlocked_in_c() -> None:
+    libc = ctypes.PyDLL(ctypes.util.find_library("c"))  # PyDLL: the GIL stays held
+    mutex = ctypes.create_string_buffer(64)  # zeros: PTHREAD_MUTEX_INITIALIZER (glibc)
+    libc.pthread_mutex_lock(mutex)
+    libc.pthread_mutex_lock(mutex)  # SITE:c_deadlock
+
+
 def spawned(local_rank: int, folder: str, mode: str) -> int:
     rank = idist.get_rank()
     Path(folder, f"worker-{rank}.pid").write_text(str(os.getpid()))
@@ -57,10 +69,13 @@ def spawned(local_rank: int, folder: str, mode: str) -> int:
         time.sleep(SETTLE_SECONDS)
         if mode in ("sleep", "barrier"):
             stuck_here()
-        elif mode == "kill":
+        elif mode in ("kill", "kill_handled"):
+            Path(folder, "killed").write_text(repr(time.time()))
             os.kill(os.getpid(), signal.SIGKILL)
         elif mode == "c_call":
             stuck_in_c()
+        elif mode == "c_deadlock":
+            deadlocked_in_c()
     if rank == 0:
         Path(folder, "started").write_text(repr(time.time()))
     try:
@@ -79,6 +94,8 @@ def spawned(local_rank: int, folder: str, mode: str) -> int:
 def main(folder: str, mode: str, backend: str = "gloo") -> None:
     """One rank under torchrun (gloo, with `TORCHRUN_TIMEOUT`) or horovodrun ("horovod"):
     ``initialize`` from the launcher's variables."""
+    if mode == "kill_handled":
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
     if backend == "gloo":
         idist.initialize("gloo", timeout=TORCHRUN_TIMEOUT)
     else:

@@ -1,11 +1,20 @@
-"""The hang verdict on Horovod, for real: 3 ranks under ``horovodrun --gloo`` with
-``DISTBRIDGE_HANG_DIR`` set, one stuck in Python or the ranks diverged (hang_targets.py).
+"""The hang verdict on Horovod, for real: 3 ranks under ``horovodrun --gloo``, rank 2 stuck
+in Python, in C, or killed, or the ranks diverged (hang_targets.py).
 
 Horovod cannot interrupt a stuck collective (no timeout ends it; its stall check only warns
-after a minute), so the verdict comes from the ranks that can speak: SIGUSR2 makes each
-write its report (ledger, where it is) to the directory while its main thread waits, and
-``python -m distbridge why DIR`` names the rank at fault. Then the job is killed, and no
-process may be left. Without horovod installed these tests skip; ``nox -s horovod`` runs
+after a minute), so the verdict comes from the ranks that can speak:
+
+- stuck in Python or diverged: with ``DISTBRIDGE_HANG_DIR`` set, SIGUSR2 makes each rank
+  write its report (ledger, where it is) to the directory while its main thread waits, and
+  ``python -m distbridge why DIR`` names the rank at fault; then the job is killed;
+- a timed barrier: its `BarrierTimeout` carries the verdict;
+- killed: Horovod's engine shuts down on the survivors and horovodrun SIGTERMs them; each
+  writes the verdict on SIGTERM (or, keeping SIGTERM for a handler of its own, its error
+  carries it);
+- deadlocked in C: the user stops the job (SIGINT to horovodrun), ranks 0 and 1 write the
+  verdict on horovodrun's SIGTERM.
+
+No process may be left. Without horovod installed these tests skip; ``nox -s horovod`` runs
 them.
 """
 
@@ -13,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,12 +31,17 @@ from pathlib import Path
 
 import pytest
 
+from distbridge.reliability.fail_together import NOTE_WAIT_SECONDS
+from distbridge.reliability.hang_signals import TERMINATION_WAIT_SECONDS
 from tests.distributed import hang_targets as targets
 from tests.distributed.hang_checks import (
+    SIGTERM_VERDICT,
+    SILENT,
     STUCK_IN_PYTHON,
     assert_diverged,
     assert_rank_2_behind,
     one_line,
+    site,
     wait_for,
 )
 from tests.distributed.process_checks import assert_gone
@@ -40,6 +55,10 @@ pytestmark = [
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 120.0  # three interpreters with torch and horovod on two busy cores
+#: horovodrun's wait between the SIGTERM it sends each rank when stopping the job and SIGKILL,
+#: and again for the rank's shell (horovod.runner.common.util.safe_shell_exec's
+#: GRACEFUL_TERMINATION_TIME_S): a rank deaf to SIGTERM ends its job twice that late
+GRACE_SECONDS = 5.0
 
 
 def _start_job(folder: Path, mode: str, **env_vars: str) -> subprocess.Popen[str]:
@@ -117,3 +136,109 @@ def test_a_barrier_timeout_under_horovodrun_names_the_rank_at_fault(tmp_path: Pa
     assert "Barrier timed out after 5 s" in text, text[-3000:]
     assert_rank_2_behind(text, STUCK_IN_PYTHON, op="barrier", at="barrier")
     assert_gone(pids, timeout=10)
+
+
+def _output_of_stopped_job(job: subprocess.Popen[str], timeout: float) -> tuple[str, float]:
+    """Wait up to ``timeout`` seconds for horovodrun to end; its output (whole words on one
+    line, without its ``[<rank>]<stderr>:`` prefixes) and the time it ended."""
+    try:
+        output = job.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        output = job.communicate()[0]
+        pytest.fail(f"horovodrun did not end within {timeout} s:\n{output[-3000:]}")
+    ended = time.time()
+    assert job.returncode != 0, output[-3000:]
+    return one_line(re.sub(r"\[\d+\]<std(?:out|err)>:", " ", output)), ended
+
+
+def _assert_both_survivors_explain(text: str, folder: Path) -> None:
+    """Ranks 0 and 1 each wrote the verdict on horovodrun's SIGTERM: rank 2 is named silent,
+    with the last collective it published, and no worker is left."""
+    for rank in (0, 1):
+        assert f"distbridge: rank {rank} {SIGTERM_VERDICT}" in text, text[-3000:]
+    assert_rank_2_behind(text, SILENT)
+    silent = f"rank 2 did not reach it: its last collective was #3 ({site('third')}){SILENT}"
+    assert text.count(silent) == 2, text[-3000:]  # both, also the one whose store host left
+    pids = [int(p.read_text()) for p in sorted(folder.glob("worker-*.pid"))]
+    assert len(pids) == 3
+    assert_gone(pids, timeout=10)
+
+
+def test_a_killed_rank_under_horovodrun(tmp_path: Path) -> None:
+    """Rank 2 SIGKILLs itself while ranks 0 and 1 wait in the fourth all-reduce. Horovod's
+    engine on ranks 0 and 1 loses its connection and shuts down; horovodrun sees rank 2's
+    exit status and SIGTERMs the others (non-elastic runs stop every rank when one fails),
+    and each, still in the collective, writes the verdict from every rank's ledger: rank 2
+    does not answer, and the ledger it published last names its last collective."""
+    job = _start_job(tmp_path, "kill")
+    try:
+        wait_for(tmp_path / "started", START_TIMEOUT)
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.communicate()
+        raise
+    text, ended = _output_of_stopped_job(job, 60)
+    seconds = ended - float((tmp_path / "started").read_text())
+
+    assert "Process 2 exit with status code 137." in text, text[-3000:]  # horovodrun's own
+    _assert_both_survivors_explain(text, tmp_path)
+    bound = targets.SETTLE_SECONDS + TERMINATION_WAIT_SECONDS + 10.0  # slack: two busy cores
+    assert seconds < bound, f"horovodrun ended {seconds:.1f} s after the hang began"
+    after_kill = ended - float((tmp_path / "killed").read_text())
+    print(f"\nHANG horovodrun killed: horovodrun ended {after_kill:.1f} s after the SIGKILL")
+
+
+def test_a_killed_rank_named_by_the_survivors_errors_under_horovodrun(tmp_path: Path) -> None:
+    """As `test_a_killed_rank_under_horovodrun`, where the ranks keep SIGTERM for a handler of
+    their own, so that horovodrun's SIGTERM ends none: Horovod's engine shuts down on ranks 0
+    and 1 when rank 2's connection goes, their all-reduce raises Horovod's "has been shut
+    down", and no failure note explains it, so its message gains the verdict."""
+    job = _start_job(tmp_path, "kill_handled")
+    try:
+        wait_for(tmp_path / "started", START_TIMEOUT)
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.communicate()
+        raise
+    text, _ = _output_of_stopped_job(job, 60)
+
+    assert "HorovodInternalError: Horovod has been shut down." in text, text[-3000:]
+    assert (
+        "A peer's connection was lost and it left no note (killed by a signal, or its process "
+        "ended without a word). Why, from every rank's collective ledger:" in text
+    ), text[-3000:]
+    assert_rank_2_behind(text, SILENT)
+    seconds = float((tmp_path / "caught").read_text()) - float((tmp_path / "killed").read_text())
+    bound = NOTE_WAIT_SECONDS + 1.0 + 8.0  # the wait for a note, for the answers, and slack
+    assert seconds < bound, f"rank 0's error came {seconds:.1f} s after the SIGKILL"
+    pids = [int(p.read_text()) for p in sorted(tmp_path.glob("worker-*.pid"))]
+    assert len(pids) == 3
+    assert_gone(pids, timeout=10)
+    print(f"\nHANG horovodrun killed, SIGTERM kept: rank 0's error {seconds:.1f} s after it")
+
+
+def test_a_rank_stuck_in_c_under_horovodrun(tmp_path: Path) -> None:
+    """Rank 2 deadlocks in a C call holding the GIL (it answers nothing, and no signal but
+    SIGKILL ends the call) while ranks 0 and 1 wait in the fourth all-reduce, for good:
+    Horovod ends no collective. The user stops the job (Ctrl-C on horovodrun: SIGINT);
+    horovodrun SIGTERMs every rank, ranks 0 and 1 write the verdict, and rank 2, deaf to
+    SIGTERM, is SIGKILLed after horovodrun's grace. (A C call that a signal interrupts, as
+    ``sleep``, returns on the SIGTERM, and the rank answers for itself.)"""
+    job = _start_job(tmp_path, "c_deadlock")
+    try:
+        wait_for(tmp_path / "started", START_TIMEOUT)
+        time.sleep(targets.SETTLE_SECONDS + 1.0)  # rank 2 is in the C call
+        assert job.poll() is None, "the job ended by itself"
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.communicate()
+        raise
+    stopped = time.time()
+    job.send_signal(signal.SIGINT)
+    text, ended = _output_of_stopped_job(job, 60)
+
+    _assert_both_survivors_explain(text, tmp_path)
+    bound = 2 * GRACE_SECONDS + 8.0  # slack: two busy cores
+    assert ended - stopped < bound, f"horovodrun ended {ended - stopped:.1f} s after Ctrl-C"
+    print(f"\nHANG horovodrun stuck in C: horovodrun ended {ended - stopped:.1f} s after Ctrl-C")

@@ -4,9 +4,12 @@ rank that no longer answers."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +19,7 @@ import distbridge as idist
 from distbridge._state import current
 from distbridge.reliability import hang_report
 from distbridge.reliability.hang_report import Reporter, ask_job, collect
+from distbridge.reliability.verdict import Record
 
 
 @pytest.fixture
@@ -63,3 +67,63 @@ def test_a_silent_rank_is_described_by_what_it_published(
 def test_a_bad_store_address_is_named() -> None:
     with pytest.raises(ValueError, match=r"must be host:port, got 'nowhere'"):
         ask_job("nowhere")
+
+
+def _publish_and_fall_silent(store: TCPStore, rank: int) -> None:
+    """A reporter of this process's ledger as ``rank``: one barrier recorded, its ledger
+    published to ``store``, then stopped (from then on it answers nothing)."""
+    idist.barrier()
+    reporter = Reporter(store, rank, current().ledger, lambda: True, world_size=2)
+    deadline = time.monotonic() + 5
+    while not store.check([f"{hang_report.PREFIX}/ledger/{rank}"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    reporter.stop()
+    reporter.join(5)
+
+
+_HOST = """
+import sys
+from datetime import timedelta
+from torch._C._distributed_c10d import TCPStore
+store = TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=30))
+print(store.port, flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_store_whose_host_ends_during_the_wait_leaves_what_was_published(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Horovod's store lives in rank 0's process: when a launcher stops every rank at once,
+    # rank 0 may end while rank 1 still waits for answers. What rank 1 read stands.
+    monkeypatch.setattr(hang_report, "POLL_SECONDS", 0.05)
+    host = subprocess.Popen(
+        [sys.executable, "-c", _HOST], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert host.stdout is not None and host.stdin is not None
+        port = int(host.stdout.readline())
+        store = TCPStore("127.0.0.1", port, None, False, timeout=timedelta(seconds=10))
+        _publish_and_fall_silent(store, 1)
+        threading.Timer(0.5, host.stdin.close).start()  # the host ends during the wait
+        reports = collect(store, 2, me=(0, current().ledger), wait=30)
+    finally:
+        host.kill()
+        host.wait(10)
+    assert reports[0].answered
+    assert not reports[1].answered and reports[1].asked
+    assert reports[1].records[-1].op == "barrier"
+
+
+def test_a_rank_the_store_has_nothing_of_is_described_by_its_dump(
+    store: TCPStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(hang_report.DIR_ENV_VAR, str(tmp_path))
+    idist.all_gather(torch.ones(1))
+    written = hang_report.report(1, current().ledger)
+    hang_report.write_report(str(tmp_path), 1, written)  # as rank 1's reporter did
+
+    reports = collect(store, 2, me=(0, current().ledger), wait=0.3)
+    assert not reports[1].answered and reports[1].asked
+    assert reports[1].records[-1].op == "all_gather"
+    assert reports[1].records == tuple(Record.from_dict(r) for r in written["records"])

@@ -19,8 +19,11 @@ rank (gloo: "Connection closed by peer"; Horovod: "Horovod has been shut down"),
 `translate_peer_failure` reads the note (the copy the rank's failure watcher keeps, else the
 store) and raises `PeerFailed` naming the failed rank, or names the rank that left while
 this one still waited for it, and aborts that rank's communicator in turn, so the ranks that
-wait for it fail too. While nothing fails, the collectives pay one ``try``; the watcher
-(`failure_watch`) sends nothing.
+wait for it fail too. A lost connection that no note explains (a peer killed where no
+``spawn`` parent writes its note: Horovod's engine then shuts down on every rank) keeps the
+backend's error type, with the hang verdict added, which names the rank that did not answer.
+While nothing fails, the collectives pay one ``try``; the watcher (`failure_watch`) sends
+nothing.
 """
 
 from __future__ import annotations
@@ -113,16 +116,38 @@ def _timed_out(err: BaseException) -> bool:
     return "timed out" in text or "timeout" in text
 
 
+def _lost_peer(err: BaseException) -> bool:
+    text = str(err).lower()
+    return any(marker in text for marker in _CONNECTION_LOST)
+
+
+def _with_verdict(err: RuntimeError, first: str, text: str) -> RuntimeError | None:
+    """``err``'s own type (so ``except HorovodInternalError`` still holds) with the verdict
+    after its first line; None where that type cannot be made from one message."""
+    message = (
+        f"{first}\nA peer's connection was lost and it left no note (killed by a signal, or "
+        f"its process ended without a word). Why, from every rank's collective ledger:\n{text}"
+    )
+    try:
+        return type(err)(message)
+    except Exception:
+        return None
+
+
 def _explained(op: str, err: RuntimeError, owner: object, failure: PeerFailed | None) -> Any:
     """``failure`` with the hang verdict added; for a timeout without a failed peer, a
-    `CollectiveTimeout` with the verdict; else None."""
+    `CollectiveTimeout` with the verdict; for a lost peer that left no note (Horovod's
+    engine shuts down on every rank when one is killed), ``err``'s type with the verdict;
+    else None."""
     if not isinstance(owner, Explains):
         return failure
-    if failure is None and not _timed_out(err):
+    lost = failure is None and not _timed_out(err) and _lost_peer(err)
+    if failure is None and not _timed_out(err) and not lost:
         return None
     notes = {} if failure is None else {failure.rank: f"it failed: {failure.summary}"}
+    wait = ANSWER_WAIT_SECONDS if failure is None and not lost else 1.0
     try:
-        text = owner.hang_verdict(notes, ANSWER_WAIT_SECONDS if failure is None else 1.0)
+        text = owner.hang_verdict(notes, wait)
     except Exception:  # a verdict must never hide the error it explains
         text = None
     if failure is not None:
@@ -132,6 +157,8 @@ def _explained(op: str, err: RuntimeError, owner: object, failure: PeerFailed | 
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     if not text:
         return None
+    if lost:
+        return _with_verdict(err, first, text)
     return CollectiveTimeout(
         f"{op} timed out. {text}\n(From every rank's collective ledger; the backend said: {first})",
         verdict=text,

@@ -11,7 +11,8 @@ A `Reporter` is a daemon thread per rank. Every half second it
 With ``DISTBRIDGE_HANG_DIR`` set, each rank also writes its report to
 ``<dir>/rank<r>.json`` whenever its ledger changed, and where it is every few seconds while
 its ledger stands still (a rank stuck for good is described there even when the job is
-gone): `read_dump_dir` reads them back.
+gone): `read_dump_dir` reads them back, and `collect` falls back on them for a rank the
+store has nothing of.
 
 `collect` asks every rank (or only reads what they published) and returns the reports the
 pure `distbridge.reliability.verdict.verdict` takes; `ask_job` does it from another process,
@@ -240,6 +241,44 @@ def _published(store: Any, rank: int) -> dict[str, Any] | None:
     return None
 
 
+def _dumped(rank: int) -> dict[str, Any] | None:
+    """The report ``rank`` last wrote to the dump directory (``DISTBRIDGE_HANG_DIR``), if any."""
+    directory = os.environ.get(DIR_ENV_VAR)
+    if not directory:
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        with open(os.path.join(directory, f"rank{rank}.json"), encoding="utf-8") as data:
+            loaded = json.load(data)
+        if isinstance(loaded, dict) and loaded.get("rank") == rank:
+            return loaded
+    return None
+
+
+def _gather_answers(
+    root: Any,
+    others: list[int],
+    notes: Mapping[int, str],
+    answers: dict[int, dict[str, Any]],
+    wait: float,
+) -> None:
+    """Ask every rank of ``others`` for its report and put the answers of up to ``wait``
+    seconds in ``answers`` (not the ranks of ``notes``: those cannot answer)."""
+    request = int(root.add(REQUEST_KEY, 1))
+    deadline = time.monotonic() + wait
+    while True:
+        for rank in others:
+            key = _answer_key(request, rank)
+            if rank not in answers and rank not in notes and root.check([key]):
+                with contextlib.suppress(ValueError):
+                    answers[rank] = json.loads(root.get(key))
+                with contextlib.suppress(Exception):
+                    root.delete_key(key)
+        missing = [r for r in others if r not in answers and r not in notes]
+        if not missing or time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
+
+
 def collect(
     store: Any,
     world_size: int,
@@ -249,7 +288,9 @@ def collect(
     notes: Mapping[int, str] | None = None,
 ) -> list[RankReport]:
     """Every rank's report: asked through ``store`` (the answers of up to ``wait`` seconds),
-    else what the rank last published (marked as not answered).
+    else what the rank last published, or last wrote to the dump directory when the store
+    has nothing of it (marked as not answered). A store that goes away during the wait
+    ends it: the answers received so far stand.
 
     Args:
         store: any view of the job's store.
@@ -268,28 +309,19 @@ def collect(
         rank, ledger = me
         reports[rank] = _as_report(report(rank, ledger), answered=True)
     others = [r for r in range(world_size) if r not in reports]
+    # Read before the wait: the store's host (Horovod's rank 0) may end during it, as when a
+    # launcher stops every rank at once; a ledger the store lost comes from the dump folder.
+    last_words = {rank: _published(root, rank) or _dumped(rank) for rank in others}
     answers: dict[int, dict[str, Any]] = {}
     if wait > 0 and others:
-        request = int(root.add(REQUEST_KEY, 1))
-        deadline = time.monotonic() + wait
-        while True:
-            for rank in others:
-                key = _answer_key(request, rank)
-                if rank not in answers and rank not in notes and root.check([key]):
-                    with contextlib.suppress(ValueError):
-                        answers[rank] = json.loads(root.get(key))
-                    with contextlib.suppress(Exception):
-                        root.delete_key(key)
-            missing = [r for r in others if r not in answers and r not in notes]
-            if not missing or time.monotonic() >= deadline:
-                break
-            time.sleep(0.05)
+        with contextlib.suppress(Exception):  # the store's host left: the answers so far
+            _gather_answers(root, others, notes, answers, wait)
     for rank in others:
         if rank in answers:
             reports[rank] = _as_report(answers[rank], answered=True)
             continue
         note = notes.get(rank, "")
-        published = _published(root, rank)
+        published = last_words[rank]
         asked = wait > 0
         if published is not None:
             reports[rank] = _as_report(published, answered=False, note=note, asked=asked)
