@@ -7,7 +7,8 @@ store rank 0 hosts from ``initialize`` on); the first note wins. The notes are w
 
 - by ``spawn``'s worker when the user's function raises (and by ``finalize`` when it runs
   while an exception propagates, as in ``with Parallel(...)``);
-- under a launcher, by the ``sys.excepthook`` that ``initialize`` installs;
+- under a launcher, by the ``sys.excepthook`` that ``initialize`` installs
+  (`distbridge.reliability.failure_hook`);
 - by ``spawn``'s parent for a worker that died without a word (SIGKILL, ``os._exit``).
 
 Right after its note, a failing rank aborts its communicator (gloo: cuts its connections,
@@ -34,7 +35,6 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from torch._C._distributed_c10d import PrefixStore  # where torch defines it
@@ -47,8 +47,8 @@ __all__ = [
     "Abortable",
     "Explains",
     "abort_communicator",
+    "default_store",
     "failure_key",
-    "install_excepthook",
     "job_root",
     "leave",
     "read_failure",
@@ -56,7 +56,6 @@ __all__ = [
     "store_ports",
     "summarize",
     "translate_peer_failure",
-    "uninstall_excepthook",
     "wake_key",
 ]
 
@@ -249,7 +248,7 @@ def read_failure(store: Any, wait: float = 0.0) -> tuple[int, str] | None:
         return None
 
 
-def _default_store() -> Any | None:
+def default_store() -> Any | None:
     """The default process group's store, or None without one."""
     try:
         return c10d._get_default_store()
@@ -267,7 +266,7 @@ def leave(
     exception is propagating (other than a clean ``SystemExit``), then ``teardown()`` (abort
     the communicator); else as a normal exit. ``store`` defaults to the default process
     group's; without a store nothing is said."""
-    store = _default_store() if store is None else store
+    store = default_store() if store is None else store
     if store is None:
         return
     exc = sys.exc_info()[1]
@@ -370,59 +369,3 @@ def translate_peer_failure(method: _Method) -> _Method:
             raise failure from err
 
     return wrapper  # type: ignore[return-value]
-
-
-_Hook = Callable[[type[BaseException], BaseException, TracebackType | None], Any]
-
-
-class _FailureHook:
-    """``sys.excepthook`` while a native context lives: note the failure, chain on (the
-    traceback is shown), then tear the communicator down."""
-
-    def __init__(
-        self,
-        rank: int,
-        world_size: int,
-        previous: _Hook,
-        teardown: Teardown | None,
-        store_of: Callable[[], Any],
-    ) -> None:
-        self.rank, self.world_size, self.previous, self.teardown = (
-            rank, world_size, previous, teardown
-        )  # fmt: skip
-        self.store_of = store_of
-
-    def __call__(
-        self, kind: type[BaseException], exc: BaseException, tb: TracebackType | None
-    ) -> Any:
-        with contextlib.suppress(Exception):  # no process group any more: nobody to tell
-            store = self.store_of()
-            if store is not None:
-                record_failure(store, self.rank, summarize(exc), self.world_size)
-        try:
-            return self.previous(kind, exc, tb)
-        finally:
-            if self.teardown is not None:
-                with contextlib.suppress(Exception):
-                    self.teardown()
-
-
-def install_excepthook(
-    rank: int,
-    world_size: int = 0,
-    teardown: Teardown | None = None,
-    store_of: Callable[[], Any] = _default_store,
-) -> None:
-    """Make an uncaught exception on this rank leave a failure note for its peers, then call
-    ``teardown()`` (abort the communicator, so that peers blocked in a collective fail now
-    even if this process lingers). ``store_of()`` gives the store for the note (default:
-    the default process group's)."""
-    uninstall_excepthook()
-    sys.excepthook = _FailureHook(rank, world_size, sys.excepthook, teardown, store_of)
-
-
-def uninstall_excepthook() -> None:
-    """Restore the excepthook `install_excepthook` replaced, if it is still in place."""
-    hook = sys.excepthook
-    if isinstance(hook, _FailureHook):
-        sys.excepthook = hook.previous

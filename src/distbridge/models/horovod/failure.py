@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from distbridge.reliability import fail_together
+from distbridge.reliability import fail_together, failure_hook
 from distbridge.reliability.failure_watch import FailureWatch, start_watch
 from distbridge.reliability.hang_report import Reporter, job_verdict, start_reporter
 
@@ -64,7 +64,7 @@ class HorovodFailTogether:
             return
         store = self._coordination_store()
         self._fails_together = True
-        fail_together.install_excepthook(rank, world_size, self._hvd.shutdown, self.failure_store)
+        failure_hook.install_excepthook(rank, world_size, self._hvd.shutdown, self.failure_store)
         self._watch = start_watch(store, rank, lambda: None)  # keeps the note; nothing to cut
         self._reporter = start_reporter(store, self)
 
@@ -72,7 +72,7 @@ class HorovodFailTogether:
         """At ``finalize``: stop watching; then, if this context is still ``current``, tell
         the peers this rank leaves (a failure note while an exception propagates), before
         Horovod shuts down."""
-        fail_together.uninstall_excepthook()
+        failure_hook.uninstall_excepthook()
         if self._watch is not None:
             self._watch.stop()
         if self._reporter is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from distbridge.reliability import coordination, fail_together
+from distbridge.reliability import coordination, fail_together, failure_hook
 from distbridge.reliability.failure_watch import FailureWatch, start_watch
 from distbridge.reliability.hang_report import Reporter, job_verdict, start_reporter
 
@@ -51,7 +51,7 @@ class NativeFailTogether:
         """Let an uncaught exception leave a note and cut this rank off, watch for a peer's
         note, and publish the ledger."""
         rank, world_size = self._layout.rank, self._layout.world_size
-        fail_together.install_excepthook(rank, world_size, self.abort_communicator)
+        failure_hook.install_excepthook(rank, world_size, self.abort_communicator)
         store = coordination.default_store()
         self._watch = start_watch(store, rank, self.abort_communicator)
         self._reporter = None if store is None else start_reporter(store, self)
@@ -59,7 +59,7 @@ class NativeFailTogether:
     def _leave_job(self, current: bool) -> None:
         """At ``finalize``: stop watching and reporting; then, if this context is still
         ``current``, tell the peers this rank leaves (they tell "left" from "failed")."""
-        fail_together.uninstall_excepthook()
+        failure_hook.uninstall_excepthook()
         if self._watch is not None:
             self._watch.stop()
         if self._reporter is not None:
