@@ -9,10 +9,11 @@ report carries it, and the verdict adds what it says beyond the ledger:
   (``rank 2 in torch's flight recorder: its last engine collective was gloo:all_reduce #3
   of the world (completed).``): where a rank called torch.distributed directly, the ledger
   never saw it;
-- for the ranks waiting in the collective, the engine's state of their last one when it did
-  not complete (``ranks 0, 1 in torch's flight recorder: gloo:all_reduce #4 of the world is
-  scheduled, not completed.``, or ``has ended in the engine without returning`` once the
-  engine's timeout ended it).
+- for the ranks waiting in the collective, the engine's state of their last one (``ranks 0,
+  1 in torch's flight recorder: gloo:all_reduce #4 of the world is scheduled, not
+  completed.``), or that none is in flight (``no engine collective of the world in flight;
+  the last was gloo:all_reduce #4 (ended)``: the engine's timeout ended it, or what they
+  wait in is not the engine's, e.g. a timed barrier).
 
 Pure functions of plain data, like `distbridge.reliability.verdict`.
 """
@@ -93,11 +94,12 @@ def _last(records: Sequence[EngineRecord], group: Members | None) -> EngineRecor
     return max(mine, key=lambda r: r.seq) if mine else None
 
 
-def _pending(state: str) -> str:
-    """What a waiting rank's engine says of its collective in state ``state``."""
-    if state == ENDED:  # the engine is done with it, yet the rank did not return from it
-        return "has ended in the engine without returning (a timeout or an error)"
-    return f"is {state}, not completed"
+def _waiting_in(op: str, seq: int, state: str, group: Members | None) -> str:
+    """What the engine of ranks waiting in a collective of ``group`` says of its last one."""
+    name = _group_name(group)
+    if state in (ENDED, COMPLETED):  # the ledger's collective is not the engine's, or it failed
+        return f"no engine collective of {name} in flight; the last was {op} #{seq} ({state})"
+    return f"{op} #{seq} of {name} is {state}, not completed"
 
 
 def engine_lines(
@@ -111,8 +113,10 @@ def engine_lines(
 
     Each rank ``behind``'s last engine collective there, with its state (``ended`` reads
     ``completed`` for the ranks that ``returned`` from every collective their ledger holds
-    in ``group``); then, for the ranks ``waiting`` in the group's collective whose engine
-    did not complete its last one there, that one, the ranks with the same on one line.
+    in ``group``); then, for the ranks ``waiting`` in the group's collective, their engine's
+    last one there: in flight (``scheduled, not completed``), or none in flight (the ledger's
+    collective is none of the engine's, e.g. a timed barrier, or the engine ended it), the
+    ranks with the same on one line.
     """
     done = set(returned)
     lines = []
@@ -124,14 +128,12 @@ def engine_lines(
                 f"rank {rank} in torch's flight recorder: its last engine collective was "
                 f"{last.op} #{last.seq} of {_group_name(group)} ({state})."
             )
-    pending: dict[tuple[str, int, str], list[int]] = {}
+    alike: dict[tuple[str, int, str], list[int]] = {}
     for rank in sorted(waiting):
         last = _last(engines.get(rank, ()), group)
-        if last is not None and last.state != COMPLETED:
-            pending.setdefault((last.op, last.seq, last.state), []).append(rank)
-    for (op, seq, state), ranks in sorted(pending.items(), key=lambda item: min(item[1])):
-        lines.append(
-            f"{_ranks(ranks)} in torch's flight recorder: {op} #{seq} of {_group_name(group)} "
-            f"{_pending(state)}."
-        )
+        if last is not None:
+            alike.setdefault((last.op, last.seq, last.state), []).append(rank)
+    for (op, seq, state), ranks in sorted(alike.items(), key=lambda item: min(item[1])):
+        said = _waiting_in(op, seq, state, group)
+        lines.append(f"{_ranks(ranks)} in torch's flight recorder: {said}.")
     return lines

@@ -2,9 +2,11 @@
 
 torch.distributed records every collective a process group runs (on by default for gloo in
 torch 2.13, ``TORCH_FR_BUFFER_SIZE`` entries, 2,000 by default; NCCL the same where its
-trace buffer is on). `tail` reads it through ``torch._C._distributed_c10d._dump_fr_trace_json``
-(JSON: the pickled variant is never read) and reduces each group's last entries to plain
-data: ``{"seq", "op", "group", "what", "state"}``.
+trace buffer is on). `tail` reads it through ``_dump_fr_trace_json`` of
+``torch._C._distributed_c10d`` (`torch_dump`) and reduces each group's last entries to plain
+data: ``{"seq", "op", "group", "what", "state"}``. Only the JSON dump is read: its pickled
+twin (``_dump_fr_trace``) is left alone, as distbridge unpickles nothing it did not ask for,
+so a torch without the JSON dump has no record here.
 
 These are private functions of torch: every access is guarded. A missing function or a
 format that changed gives ``{"source": ..., "note": why}`` instead of entries, never an
@@ -24,7 +26,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["SOURCE", "group_names", "reduce_entries", "tail"]
+__all__ = ["SOURCE", "group_names", "reduce_entries", "tail", "torch_dump"]
 
 SOURCE = "torch's flight recorder"
 _DUMP = "_dump_fr_trace_json"
@@ -90,14 +92,23 @@ def reduce_entries(
     return [record for kept in per_group.values() for record in kept[-limit:]]
 
 
-def tail(limit: int, groups: Callable[[], Mapping[str, tuple[int, ...] | None]]) -> dict[str, Any]:
-    """This process's flight-recorder tail (see the module), ``limit`` entries per group of
-    ``groups()`` (torch's group name -> global ranks)."""
+def torch_dump() -> Callable[..., bytes] | None:
+    """torch's JSON dump of the flight recorder, if this torch has it."""
     try:
         from torch._C import _distributed_c10d as c10d
     except ImportError:
-        return {"source": SOURCE, "note": "torch has no distributed package here."}
+        return None
     dump = getattr(c10d, _DUMP, None)
+    return dump if callable(dump) else None
+
+
+def tail(
+    limit: int,
+    groups: Callable[[], Mapping[str, tuple[int, ...] | None]],
+    dump: Callable[..., bytes] | None,
+) -> dict[str, Any]:
+    """The flight-recorder tail (see the module) that ``dump`` (`torch_dump`) gives, ``limit``
+    entries per group of ``groups()`` (torch's group name -> global ranks)."""
     if dump is None:
         return {"source": SOURCE, "note": f"this torch has no {_DUMP} (its record is not read)."}
     try:

@@ -369,10 +369,11 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
 
     @override
     def _engine_trace(self, limit: int) -> dict[str, Any] | None:
-        # torch's flight recorder (gloo by default, NCCL with its trace buffer); MPI has none
-        if self._backend == "mpi":
-            return None
-        return flight_recorder.tail(limit, lambda: flight_recorder.group_names(self._pg()))
+        # torch's flight recorder: gloo by default, NCCL with its trace buffer
+        def groups() -> dict[str, tuple[int, ...] | None]:
+            return flight_recorder.group_names(self._pg())
+
+        return flight_recorder.tail(limit, groups, flight_recorder.torch_dump())
 
     @override
     def _do_barrier(self, group: Any) -> None:
