@@ -208,16 +208,21 @@ def test_point_to_point_entries_are_left_out_and_states_kept() -> None:
     "dump",
     [
         lambda **_: b"not json",
-        lambda **_: json.dumps({"entries": {"not": "a list"}}).encode(),
-        lambda **_: json.dumps({"version": "9"}).encode(),
-        lambda **_: json.dumps({"entries": [{"collective_seq_id": 1}]}).encode(),
+        lambda **_: json.dumps({"version": "2.10", "entries": {"not": "a list"}}).encode(),
+        lambda **_: json.dumps({"entries": []}).encode(),
+        lambda **_: json.dumps({"version": "2.10", "entries": [{"is_p2p": False}]}).encode(),
     ],
-    ids=["not-json", "entries-not-a-list", "no-entries", "entry-missing-keys"],
+    ids=["not-json", "entries-not-a-list", "no-version", "entry-missing-keys"],
 )
 def test_a_record_torch_changed_is_a_note_not_an_error(dump: Any) -> None:
     trace = flight_recorder.tail(8, lambda: {"0": None}, dump)
     assert trace["source"] == "torch's flight recorder" and "entries" not in trace
     assert trace["note"].startswith("unreadable (")
+
+
+def test_a_record_of_nothing_yet_is_no_entries() -> None:
+    trace = flight_recorder.tail(8, lambda: {"0": None}, lambda **_: b'{"version": "2.10"}')
+    assert trace == {"source": "torch's flight recorder", "entries": []}
 
 
 def test_a_torch_without_the_dump_is_a_note() -> None:

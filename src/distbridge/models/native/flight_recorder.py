@@ -113,7 +113,8 @@ def tail(
         return {"source": SOURCE, "note": f"this torch has no {_DUMP} (its record is not read)."}
     try:
         data = json.loads(dump(includeCollectives=True, onlyActive=False))
-        entries = data["entries"]
+        data["version"]  # every dump has one; "entries" only once something was recorded
+        entries = data.get("entries", [])
         if not isinstance(entries, list):
             raise TypeError(f"'entries' is a {type(entries).__name__}, not a list")
         return {"source": SOURCE, "entries": reduce_entries(entries, groups(), limit)}
