@@ -15,21 +15,34 @@ report carries it, and the verdict adds what it says beyond the ledger:
   the last was gloo:all_reduce #4 (ended)``: the engine's timeout ended it, or what they
   wait in is not the engine's, e.g. a timed barrier).
 
-Pure functions of plain data, like `distbridge.reliability.verdict`.
+The verdict's part is pure (plain data in, lines out), like
+`distbridge.reliability.verdict`; `engine_part` reads a model's record for a report, and
+never fails for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["COMPLETED", "ENDED", "EngineRecord", "engine_lines", "engine_records"]
+__all__ = [
+    "COMPLETED",
+    "ENDED",
+    "EngineRecord",
+    "EngineTrace",
+    "engine_lines",
+    "engine_part",
+    "engine_records",
+]
 
 COMPLETED = "completed"
 #: torch retired the entry without marking it completed (gloo: it returned or failed)
 ENDED = "ended"
 Members = tuple[int, ...]
+#: a model's ``engine_trace``: its engine's record, the last ``n`` entries per group, as
+#: ``{"source": ..., "entries": [...]}`` or ``{"source": ..., "note": why none}``; None: none
+EngineTrace = Callable[[int], Mapping[str, Any] | None]
 
 
 @dataclass(frozen=True)
@@ -62,6 +75,18 @@ class EngineRecord:
             what=str(data.get("what", "")),
             state=str(data.get("state", "")),
         )
+
+
+def engine_part(engine: EngineTrace | None, limit: int) -> dict[str, Any] | None:
+    """The engine's record for a report (``engine(limit)``), or None without one; a failure
+    to read it becomes a note: the report never fails for it."""
+    if engine is None:
+        return None
+    try:
+        trace = engine(limit)
+    except Exception as err:  # a private API of the engine: absent, not fatal
+        return {"note": f"the engine's record could not be read: {type(err).__name__}: {err}"}
+    return None if trace is None else dict(trace)
 
 
 def engine_records(trace: object) -> tuple[EngineRecord, ...]:

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any, Protocol
 
-from distbridge.reliability.engine_trace import engine_records
+from distbridge.reliability.engine_trace import EngineTrace, engine_part, engine_records
 from distbridge.reliability.fail_together import job_root, read_failure
 from distbridge.reliability.ledger import CollectiveLedger
 from distbridge.reliability.liveness import while_current
@@ -49,12 +49,10 @@ from distbridge.reliability.verdict import RankReport, Record, verdict
 
 __all__ = [
     "DIR_ENV_VAR",
-    "EngineTrace",
     "LedgerOwner",
     "Reporter",
     "ask_job",
     "collect",
-    "engine_part",
     "job_verdict",
     "read_dump_dir",
     "report",
@@ -75,9 +73,6 @@ POLL_SECONDS = 0.5
 SHOWN = 8
 #: while the ledger stands still, how often the dump file's engine record is read again
 ENGINE_REFRESH_SECONDS = 30.0
-#: a model's ``engine_trace``: its engine's record, the last ``n`` entries per group, as
-#: ``{"source": ..., "entries": [...]}`` or ``{"source": ..., "note": why none}``; None: none
-EngineTrace = Callable[[int], Mapping[str, Any] | None]
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _EXIT_JOIN_SECONDS = 2.0
 _running: weakref.WeakSet[Reporter] = weakref.WeakSet()
@@ -140,18 +135,6 @@ def _tail(ledger: CollectiveLedger) -> list[dict[str, Any]]:
     return ledger.snapshot(SHOWN)
 
 
-def engine_part(engine: EngineTrace | None) -> dict[str, Any] | None:
-    """The engine's record for a report (``engine(SHOWN)``), or None without one; a failure
-    to read it becomes a note: the report never fails for it."""
-    if engine is None:
-        return None
-    try:
-        trace = engine(SHOWN)
-    except Exception as err:  # a private API of the engine: absent, not fatal
-        return {"note": f"the engine's record could not be read: {type(err).__name__}: {err}"}
-    return None if trace is None else dict(trace)
-
-
 def report(
     rank: int,
     ledger: CollectiveLedger,
@@ -168,7 +151,7 @@ def report(
         "stack": stack,
         "time": time.time(),
     }
-    trace = engine_data if engine_data is not None else engine_part(engine)
+    trace = engine_data if engine_data is not None else engine_part(engine, SHOWN)
     if trace is not None:
         data["engine"] = dict(trace)
     return data
@@ -266,7 +249,7 @@ class Reporter:
         version, again after `ENGINE_REFRESH_SECONDS`."""
         read = self._engine_read
         if read is None or read[0] != version or now - read[1] >= ENGINE_REFRESH_SECONDS:
-            read = self._engine_read = (version, now, engine_part(self._engine))
+            read = self._engine_read = (version, now, engine_part(self._engine, SHOWN))
         return read[2]
 
 

@@ -37,7 +37,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, Final
 
-from distbridge.reliability.hang_report import DIR_ENV_VAR, EngineTrace, report, write_report
+from distbridge.reliability.engine_trace import EngineTrace
+from distbridge.reliability.hang_report import DIR_ENV_VAR, report, write_report
 from distbridge.reliability.ledger import CollectiveLedger
 
 __all__ = ["DUMP_SIGNAL", "TERMINATION_WAIT_SECONDS", "unwatch_signals", "watch_signals"]
