@@ -1,5 +1,6 @@
 """What the hang tests check, shared by the spawn, torchrun, signal and Horovod tests: the
-lines hang_targets.py marks ``# SITE:<name>``, and the verdicts' sentences about them."""
+lines hang_targets.py marks ``# SITE:<name>``, and the verdicts' sentences about them (the
+ledger's, and on gloo torch's flight recorder's)."""
 
 from __future__ import annotations
 
@@ -59,3 +60,26 @@ def assert_diverged(text: str) -> None:
         f"rank 1 called all_gather ({site('odd')}) where ranks 0, 2 called all_reduce "
         f"({site('fourth')}) at #4 of the world: the ranks diverged" in text
     ), text
+
+
+#: what torch's flight recorder adds about rank 2, which stopped after the third all-reduce
+RANK_2_ENGINE = (
+    "rank 2 in torch's flight recorder: its last engine collective was gloo:all_reduce #3 of "
+    "the world (completed)."
+)
+#: the flight recorder of ranks waiting in the fourth all-reduce, before and after gloo's
+#: own timeout ended it there
+IN_FLIGHT = "gloo:all_reduce #4 of the world is scheduled, not completed."
+ENDED = "no engine collective of the world in flight; the last was gloo:all_reduce #4 (ended)."
+
+
+def assert_engine_lines(text: str) -> None:
+    """The flight recorder's lines of the ``sleep`` mode: rank 2's last engine collective, and
+    for each of ranks 0 and 1 the fourth all-reduce, in flight or ended by the timeout."""
+    assert RANK_2_ENGINE in text, text
+    said = re.findall(
+        rf"ranks? ([\d, ]+) in torch's flight recorder: (?:{re.escape(IN_FLIGHT)}|"
+        rf"{re.escape(ENDED)})",
+        text,
+    )
+    assert {int(r) for ranks in said for r in ranks.split(", ")} == {0, 1}, text

@@ -17,6 +17,7 @@ import pytest
 from tests.distributed import hang_targets as targets
 from tests.distributed.hang_checks import (
     STUCK_IN_PYTHON,
+    assert_engine_lines,
     assert_rank_2_behind,
     one_line,
     wait_for,
@@ -66,6 +67,7 @@ def test_sigusr2_writes_every_rank_report_for_why(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     text = one_line(done.stdout)
     assert_rank_2_behind(text, STUCK_IN_PYTHON)
+    assert_engine_lines(text)  # the reports the signal wrote carry torch's flight recorder
     for rank in range(3):
         assert f"distbridge: rank {rank} wrote its hang report to {dumps}/rank{rank}.json" in output
     assert_gone(pids, timeout=5)

@@ -21,10 +21,13 @@ import distbridge as idist
 from distbridge.errors import SpawnTimeoutError, WorkerFailedError
 from tests.distributed import hang_targets as targets
 from tests.distributed.hang_checks import (
+    IN_FLIGHT,
+    RANK_2_ENGINE,
     SIGTERM_VERDICT,
     SILENT,
     STUCK_IN_PYTHON,
     assert_diverged,
+    assert_engine_lines,
     assert_rank_2_behind,
     one_line,
     site,
@@ -73,6 +76,7 @@ def test_a_rank_stuck_in_python(tmp_path: Path) -> None:
     assert error.rank in (0, 1), text  # a waiting rank timed out: the verdict names rank 2
     assert "CollectiveTimeout: all_reduce timed out." in text, text
     assert_rank_2_behind(text, STUCK_IN_PYTHON)
+    assert_engine_lines(text)  # torch's flight recorder, beside the ledger
     seconds = _check_time_and_processes(tmp_path)
     print(f"\nHANG stuck in Python: rank 0's verdict {seconds:.1f} s after the hang began")
 
@@ -83,6 +87,12 @@ def test_a_barrier_timeout(tmp_path: Path) -> None:
     text = _text(error)
     assert "BarrierTimeout: Barrier timed out after 5 s" in text, text
     assert_rank_2_behind(text, STUCK_IN_PYTHON, op="barrier", at="barrier")
+    # a timed barrier goes through the store: the engine of ranks 0, 1 has nothing in flight
+    assert RANK_2_ENGINE in text, text
+    assert (
+        "ranks 0, 1 in torch's flight recorder: no engine collective of the world in flight; "
+        "the last was gloo:all_reduce #3 (ended)." in text
+    ), text
     seconds = _check_time_and_processes(tmp_path)
     print(f"\nHANG barrier(timeout=5): rank 0's verdict {seconds:.1f} s after the hang began")
 
@@ -144,6 +154,8 @@ def test_the_verdict_rebuilt_from_the_dump_directory(
         f"rank 2 did not reach it: its last collective was #3 ({site('third')})"
         f"{STUCK_IN_PYTHON}" in text
     ), text
+    # rank 2's file was rewritten while it stood still: with its flight recorder
+    assert RANK_2_ENGINE in text, text
 
 
 def test_a_job_timeout(tmp_path: Path) -> None:
@@ -156,6 +168,9 @@ def test_a_job_timeout(tmp_path: Path) -> None:
     text = one_line(str(info.value))
     assert f"job_timeout of {JOB_TIMEOUT} s" in text, text
     assert_rank_2_behind(text, STUCK_IN_PYTHON)
+    # asked while the all-reduce hangs: torch's flight recorder has it in flight
+    assert RANK_2_ENGINE in text, text
+    assert f"ranks 0, 1 in torch's flight recorder: {IN_FLIGHT}" in text, text
     pids = [int(p.read_text()) for p in sorted(tmp_path.glob("worker-*.pid"))]
     assert len(pids) == 3
     assert_gone(pids, timeout=0)
@@ -193,6 +208,7 @@ def test_a_rank_stuck_in_python_under_torchrun(tmp_path: Path) -> None:
 
     assert "CollectiveTimeout: all_reduce timed out. Hang in all_reduce #4 of the world " in text
     assert_rank_2_behind(text, STUCK_IN_PYTHON)
+    assert_engine_lines(text)
 
 
 def test_diverged_collectives_under_torchrun(tmp_path: Path) -> None:

@@ -47,6 +47,7 @@ PRIMITIVES = (
     "_collective_device",
     "_object_transport",
     "_coordination_store",
+    "_engine_trace",
     "_make_group",
 )
 START = (

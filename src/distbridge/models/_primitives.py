@@ -293,6 +293,13 @@ class BackendPrimitives(ABC):
         itself on the collective device; NCCL overrides it with a CPU (gloo) group."""
         return group, self._collective_device()
 
+    def _engine_trace(self, limit: int) -> dict[str, Any] | None:
+        """The engine's own record of its recent collectives (torch's flight recorder), the
+        last ``limit`` entries per group, as plain data for the hang report:
+        ``{"source": ..., "entries": [{"seq", "op", "group", "what", "state"}, ...]}``, or
+        ``{"source": ..., "note": why it cannot be read}``. Default: None (no such record)."""
+        return None
+
     # ---- the primitives under public names: what algorithms and reliability call ------------
     # (``distbridge.model_contract.ModelPrimitives``; a backend overrides the ``_`` hooks above)
 
@@ -315,6 +322,10 @@ class BackendPrimitives(ABC):
     def coordination_store(self) -> Any | None:
         """The store every rank shares beside the communicator (None without peers)."""
         return self._coordination_store()
+
+    def engine_trace(self, limit: int) -> dict[str, Any] | None:
+        """The engine's own record of recent collectives, ``limit`` per group (None: none)."""
+        return self._engine_trace(limit)
 
     def make_group(self, ranks: tuple[int, ...], **kwargs: Any) -> Any:
         """A new group of ``ranks`` (sorted, unique, validated); every rank calls this."""

@@ -14,6 +14,12 @@ its ledger stands still (a rank stuck for good is described there even when the 
 gone): `read_dump_dir` reads them back, and `collect` falls back on them for a rank the
 store has nothing of.
 
+A model whose engine keeps its own record of collectives (torch's flight recorder) passes
+its ``engine_trace``: reports then carry its tail under ``"engine"`` (see
+`distbridge.reliability.engine_trace`). Reading it costs a dump of the whole record (tens of
+milliseconds), so it is read for answers and dumps only, and for the dump file only while
+the ledger stands still, once per ledger version (`ENGINE_REFRESH_SECONDS` at most).
+
 `collect` asks every rank (or only reads what they published) and returns the reports the
 pure `distbridge.reliability.verdict.verdict` takes; `ask_job` does it from another process,
 by the store's address. Keys live on the job's root store (see
@@ -36,6 +42,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any, Protocol
 
+from distbridge.reliability.engine_trace import EngineTrace, engine_part, engine_records
 from distbridge.reliability.fail_together import job_root, read_failure
 from distbridge.reliability.job_cards import write_card
 from distbridge.reliability.ledger import CollectiveLedger
@@ -66,6 +73,8 @@ WORLD_KEY = f"{PREFIX}/world_size"
 POLL_SECONDS = 0.5
 #: entries per group a rank publishes and answers with
 SHOWN = 8
+#: while the ledger stands still, how often the dump file's engine record is read again
+ENGINE_REFRESH_SECONDS = 30.0
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _EXIT_JOIN_SECONDS = 2.0
 _running: weakref.WeakSet[Reporter] = weakref.WeakSet()
@@ -128,16 +137,26 @@ def _tail(ledger: CollectiveLedger) -> list[dict[str, Any]]:
     return ledger.snapshot(SHOWN)
 
 
-def report(rank: int, ledger: CollectiveLedger) -> dict[str, Any]:
-    """This rank's answer: its ledger's tail, where its main thread is, and its stack."""
+def report(
+    rank: int,
+    ledger: CollectiveLedger,
+    engine: EngineTrace | None = None,
+    engine_data: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """This rank's answer: its ledger's tail, where its main thread is, its stack, and its
+    engine's record (read from ``engine`` now, unless ``engine_data`` already holds it)."""
     where, stack = where_now()
-    return {
+    data: dict[str, Any] = {
         "rank": rank,
         "records": _tail(ledger),
         "where": where,
         "stack": stack,
         "time": time.time(),
     }
+    trace = engine_data if engine_data is not None else engine_part(engine, SHOWN)
+    if trace is not None:
+        data["engine"] = dict(trace)
+    return data
 
 
 def _as_report(
@@ -145,7 +164,8 @@ def _as_report(
 ) -> RankReport:
     records = tuple(Record.from_dict(r) for r in data.get("records", ()))
     where = data.get("where") if answered else None
-    return RankReport(int(data["rank"]), records, where, answered, note, asked)
+    engine = engine_records(data.get("engine"))
+    return RankReport(int(data["rank"]), records, where, answered, note, asked, engine)
 
 
 class Reporter:
@@ -156,6 +176,8 @@ class Reporter:
         rank: this process's global rank.
         ledger: the model's ledger.
         alive: False once the model's context is gone; the thread then ends.
+        world_size: the number of ranks, published for `ask_job` (0: not published).
+        engine: the model's ``engine_trace``, where its engine keeps a record.
     """
 
     def __init__(
@@ -165,6 +187,7 @@ class Reporter:
         ledger: CollectiveLedger,
         alive: Callable[[], bool],
         world_size: int = 0,
+        engine: EngineTrace | None = None,
     ) -> None:
         root = job_root(store)
         with contextlib.suppress(AttributeError, RuntimeError):
@@ -173,6 +196,8 @@ class Reporter:
         self._rank = rank
         self._ledger = ledger
         self._alive = alive
+        self._engine = engine
+        self._engine_read: tuple[int, float, dict[str, Any] | None] | None = None
         self._stopped = threading.Event()
         self._published = -1
         self._written = 0.0  # when the dump file was last written (monotonic)
@@ -205,7 +230,7 @@ class Reporter:
     def _tick(self) -> None:
         count = int(self._store.add(REQUEST_KEY, 0))
         if count > self._seen:
-            answer = json.dumps(report(self._rank, self._ledger))
+            answer = json.dumps(report(self._rank, self._ledger, self._engine))
             for request in range(self._seen + 1, count + 1):
                 self._store.set(_answer_key(request, self._rank), answer)
             self._seen = count
@@ -218,7 +243,16 @@ class Reporter:
         now = time.monotonic()
         if self._dir and (changed or now - self._written >= REWRITE_SECONDS):
             self._written = now
-            write_report(self._dir, self._rank, report(self._rank, self._ledger))
+            engine = None if changed else self._still_engine(version, now)
+            write_report(self._dir, self._rank, report(self._rank, self._ledger, None, engine))
+
+    def _still_engine(self, version: int, now: float) -> dict[str, Any] | None:
+        """The engine's record while the ledger stands still at ``version``: read once per
+        version, again after `ENGINE_REFRESH_SECONDS`."""
+        read = self._engine_read
+        if read is None or read[0] != version or now - read[1] >= ENGINE_REFRESH_SECONDS:
+            read = self._engine_read = (version, now, engine_part(self._engine, SHOWN))
+        return read[2]
 
 
 def write_report(directory: str, rank: int, data: Mapping[str, Any]) -> str:
@@ -286,6 +320,7 @@ def collect(
     me: tuple[int, CollectiveLedger] | None = None,
     wait: float = 3.0,
     notes: Mapping[int, str] | None = None,
+    engine: EngineTrace | None = None,
 ) -> list[RankReport]:
     """Every rank's report: asked through ``store`` (the answers of up to ``wait`` seconds),
     else what the rank last published, or last wrote to the dump directory when the store
@@ -298,6 +333,7 @@ def collect(
         me: this rank and its ledger, reported directly (not asked).
         wait: how long to wait for answers; 0 only reads what was published.
         notes: rank -> why it cannot answer (a failure note), e.g. "its process was killed".
+        engine: ``me``'s model's ``engine_trace``, where its engine keeps a record.
     """
     root = job_root(store)
     notes = dict(notes or {})
@@ -307,7 +343,7 @@ def collect(
     reports: dict[int, RankReport] = {}
     if me is not None:
         rank, ledger = me
-        reports[rank] = _as_report(report(rank, ledger), answered=True)
+        reports[rank] = _as_report(report(rank, ledger, engine), answered=True)
     others = [r for r in range(world_size) if r not in reports]
     # Read before the wait: the store's host (Horovod's rank 0) may end during it, as when a
     # launcher stops every rank at once; a ledger the store lost comes from the dump folder.
@@ -381,21 +417,33 @@ class LedgerOwner(Protocol):
     def is_current(self) -> bool: ...
 
 
-def start_reporter(store: Any, model: LedgerOwner) -> Reporter | None:
-    """A `Reporter` of ``model``'s ledger through ``store``, which ends when the model's
-    context is gone; None where the store cannot be cloned or reached (no verdicts then)."""
+def start_reporter(
+    store: Any, model: LedgerOwner, engine: EngineTrace | None = None
+) -> Reporter | None:
+    """A `Reporter` of ``model``'s ledger (and its ``engine`` record, if given) through
+    ``store``, which ends when the model's context is gone; None where the store cannot be
+    cloned or reached (no verdicts then)."""
     alive = while_current(model)
     try:
-        reporter = Reporter(store, model.get_rank(), model.ledger, alive, model.get_world_size())
+        world_size = model.get_world_size()
+        reporter = Reporter(store, model.get_rank(), model.ledger, alive, world_size, engine)
     except RuntimeError:
         return None
-    write_card(job_root(store), model.get_rank(), model.get_world_size())  # for why --pid
+    write_card(job_root(store), model.get_rank(), world_size)  # for why --pid
     return reporter
 
 
-def job_verdict(store: Any, model: LedgerOwner, notes: Mapping[int, str], wait: float) -> str:
-    """Who is at fault in ``model``'s job, from every rank's ledger asked through ``store`` for
-    up to ``wait`` seconds (``notes``: rank -> why it cannot answer)."""
+def job_verdict(
+    store: Any,
+    model: LedgerOwner,
+    notes: Mapping[int, str],
+    wait: float,
+    engine: EngineTrace | None = None,
+) -> str:
+    """Who is at fault in ``model``'s job, from every rank's ledger (and engine record) asked
+    through ``store`` for up to ``wait`` seconds (``notes``: rank -> why it cannot answer;
+    ``engine``: the model's ``engine_trace``, where it has one)."""
     world = model.get_world_size()
-    reports = collect(store, world, me=(model.get_rank(), model.ledger), wait=wait, notes=notes)
+    me = (model.get_rank(), model.ledger)
+    reports = collect(store, world, me=me, wait=wait, notes=notes, engine=engine)
     return verdict(reports, world).text

@@ -9,11 +9,11 @@ Installed by ``initialize`` in a job of more than one rank (`watch_signals`), un
   ends as SIGTERM would have ended it. Installed only where SIGTERM still has its default
   action (a handler of the user's or the launcher's is left alone).
 - **SIGUSR2**, with ``DISTBRIDGE_HANG_DIR`` set (the opt-in): this rank writes its report
-  (its ledger and where its main thread is, with the stack) to ``<dir>/rank<r>.json`` and
-  goes on; ``python -m distbridge why DIR`` gives the verdict. Not SIGUSR1: the warm worlds
-  register faulthandler's stack dump on it, and a C-level registration cannot be seen from
-  Python, so the two would replace each other. Installed only where SIGUSR2 has its default
-  action.
+  (its ledger, where its main thread is with the stack, its engine's record where it has one)
+  to ``<dir>/rank<r>.json`` and goes on; ``python -m distbridge why DIR`` gives the verdict.
+  Not SIGUSR1: the warm worlds register faulthandler's stack dump on it, and a C-level
+  registration cannot be seen from Python, so the two would replace each other. Installed
+  only where SIGUSR2 has its default action.
 
 A collective that hangs holds the main thread inside a C call, where Python runs no signal
 handler. So the C-level handler's wake-up byte (`signal.set_wakeup_fd`) wakes a thread of
@@ -37,6 +37,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, Final
 
+from distbridge.reliability.engine_trace import EngineTrace
 from distbridge.reliability.hang_report import DIR_ENV_VAR, report, write_report
 from distbridge.reliability.ledger import CollectiveLedger
 
@@ -59,9 +60,11 @@ class _Watch:
         ledger: CollectiveLedger,
         explain: Callable[[float], str | None],
         signals: list[signal.Signals],
+        engine: EngineTrace | None = None,
     ) -> None:
         self.rank = rank
         self.ledger = ledger
+        self.engine = engine
         self.explain = explain
         self.dump_dir = os.environ.get(DIR_ENV_VAR) or None
         self.ending = threading.Lock()  # the first to take it handles SIGTERM
@@ -140,7 +143,8 @@ class _Watch:
             return
         with contextlib.suppress(OSError):
             os.makedirs(self.dump_dir, exist_ok=True)
-            path = write_report(self.dump_dir, self.rank, report(self.rank, self.ledger))
+            data = report(self.rank, self.ledger, self.engine)
+            path = write_report(self.dump_dir, self.rank, data)
             print(f"distbridge: rank {self.rank} wrote its hang report to {path}", file=sys.stderr)
 
     def uninstall(self) -> None:
@@ -178,6 +182,7 @@ def watch_signals(model: Any) -> None:
     a model without a ledger or verdict, or outside the main thread."""
     ledger = getattr(model, "ledger", None)
     explain = getattr(model, "hang_verdict", None)  # the models that can ask their peers
+    engine = getattr(model, "engine_trace", None)  # every model; the record: native ones
     if _installed or not isinstance(ledger, CollectiveLedger):
         return
     if model.get_world_size() < 2 or threading.current_thread() is not threading.main_thread():
@@ -193,7 +198,7 @@ def watch_signals(model: Any) -> None:
         text = None if explain is None else explain({}, wait)
         return None if text is None else str(text)
 
-    _installed.append(_Watch(model.get_rank(), ledger, verdict_text, free))
+    _installed.append(_Watch(model.get_rank(), ledger, verdict_text, free, engine))
 
 
 def unwatch_signals() -> None:

@@ -18,7 +18,9 @@ Two findings, in this order:
   verdict says where each one is now.
 
 A rank that did not answer (killed, or stuck in C while holding the GIL) is named as such,
-with the ledger it last published.
+with the ledger it last published. Where the ranks' reports carry the engine's own record
+(torch's flight recorder), the lines it adds follow the finding
+(`distbridge.reliability.engine_trace`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from distbridge.reliability.engine_trace import EngineRecord, engine_lines
 
 __all__ = ["RankReport", "Record", "Verdict", "verdict"]
 
@@ -79,6 +83,7 @@ class RankReport:
         note: why it did not answer, when known (``"its process was killed by SIGKILL"``).
         asked: False when nobody asked it (``records`` were read as it last published them,
             e.g. by ``spawn``'s parent): then not answering is no finding.
+        engine: the tail of its engine's own record (torch's flight recorder), if it has one.
     """
 
     rank: int
@@ -87,6 +92,7 @@ class RankReport:
     answered: bool = True
     note: str = ""
     asked: bool = True
+    engine: tuple[EngineRecord, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -294,6 +300,12 @@ def _silent_lines(ledgers: _Ledgers, silent: list[int], named: set[int]) -> list
     return lines
 
 
+def _returned(ledgers: _Ledgers, group: Members | None, rank: int) -> bool:
+    """Whether ``rank`` returned from every collective of ``group`` its ledger holds."""
+    last = ledgers.last(group, rank)
+    return last is None or last.state == "done"
+
+
 def verdict(
     reports: Iterable[RankReport] | Mapping[int, RankReport], world_size: int = 0
 ) -> Verdict:
@@ -317,8 +329,13 @@ def verdict(
     if found is None:
         found = Verdict("No rank is waiting in a collective of distbridge.", "no hang")
     named = {*found.behind, *found.waiting, *found.diverged}
+    engines = {rank: report.engine for rank, report in by_rank.items() if report.engine}
+    said: list[str] = []
+    if engines:
+        returned = [r for r in found.behind if _returned(ledgers, found.group, r)]
+        said = engine_lines(engines, found.group, found.waiting, found.behind, returned)
     extra = _silent_lines(ledgers, silent, named)
-    text = "\n".join([found.text, *extra])
+    text = "\n".join([found.text, *said, *extra])
     return Verdict(
         text,
         found.kind,

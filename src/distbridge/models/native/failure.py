@@ -1,5 +1,6 @@
 """Fail together and say why for torch.distributed: the failure note, the abort, and the
-reporter that publishes this rank's ledger for the hang verdict.
+reporter that publishes this rank's ledger (and answers with torch's flight recorder) for the
+hang verdict.
 
 ``initialize`` in a world of two or more starts them: an uncaught exception leaves a note in
 the default group's store and cuts this rank off its peers (gloo's connections, NCCL's
@@ -47,6 +48,9 @@ class NativeFailTogether:
         def get_world_size(self) -> int:
             """The number of ranks."""
 
+        def engine_trace(self, limit: int) -> dict[str, Any] | None:
+            """torch's flight recorder, the last ``limit`` entries per group."""
+
     def _start_failing_together(self) -> None:
         """Let an uncaught exception leave a note and cut this rank off, watch for a peer's
         note, and publish the ledger."""
@@ -54,7 +58,8 @@ class NativeFailTogether:
         failure_hook.install_excepthook(rank, world_size, self.abort_communicator)
         store = coordination.default_store()
         self._watch = start_watch(store, rank, self.abort_communicator)
-        self._reporter = None if store is None else start_reporter(store, self)
+        engine = self.engine_trace
+        self._reporter = None if store is None else start_reporter(store, self, engine)
 
     def _leave_job(self, current: bool) -> None:
         """At ``finalize``: stop watching and reporting; then, if this context is still
@@ -79,7 +84,9 @@ class NativeFailTogether:
         """Who is at fault, from every rank's ledger asked through the job's store for up to
         ``wait`` seconds (``notes``: rank -> why it cannot answer); None without a store."""
         store = coordination.default_store()
-        return None if store is None else job_verdict(store, self, notes, wait)
+        if store is None:
+            return None
+        return job_verdict(store, self, notes, wait, self.engine_trace)
 
     def failure_store(self) -> Any | None:
         """The default process group's store, which holds the failure note."""

@@ -35,7 +35,7 @@ from distbridge.models._layout import (
     layout_from_env,
 )
 from distbridge.models.base import ComputationModel
-from distbridge.models.native import ops
+from distbridge.models.native import flight_recorder, ops
 from distbridge.models.native.backends import NativeBackends, backend_of, device_for
 from distbridge.models.native.checks import (
     backend_problem,
@@ -366,6 +366,14 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
                 lambda tensor: self._do_broadcast(tensor, 0, None),
             )
         return self._store
+
+    @override
+    def _engine_trace(self, limit: int) -> dict[str, Any] | None:
+        # torch's flight recorder: gloo by default, NCCL with its trace buffer
+        def groups() -> dict[str, tuple[int, ...] | None]:
+            return flight_recorder.group_names(self._pg())
+
+        return flight_recorder.tail(limit, groups, flight_recorder.torch_dump())
 
     @override
     def _do_barrier(self, group: Any) -> None:

@@ -1,0 +1,164 @@
+"""The backend's own record of recent collectives in the hang verdict (torch's flight recorder).
+
+The ledger records distbridge's public collectives; some backends also record what their
+engine ran (torch.distributed's flight recorder, on gloo and NCCL). A model that has such a
+record gives its tail as plain data (``ModelPrimitives.engine_trace``), each rank's hang
+report carries it, and the verdict adds what it says beyond the ledger:
+
+- for a rank that is behind, its last engine collective of the group and its state
+  (``rank 2 in torch's flight recorder: its last engine collective was gloo:all_reduce #3
+  of the world (completed).``): where a rank called torch.distributed directly, the ledger
+  never saw it;
+- for the ranks waiting in the collective, the engine's state of their last one (``ranks 0,
+  1 in torch's flight recorder: gloo:all_reduce #4 of the world is scheduled, not
+  completed.``), or that none is in flight (``no engine collective of the world in flight;
+  the last was gloo:all_reduce #4 (ended)``: the engine's timeout ended it, or what they
+  wait in is not the engine's, e.g. a timed barrier).
+
+The verdict's part is pure (plain data in, lines out), like
+`distbridge.reliability.verdict`; `engine_part` reads a model's record for a report, and
+never fails for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "COMPLETED",
+    "ENDED",
+    "EngineRecord",
+    "EngineTrace",
+    "engine_lines",
+    "engine_part",
+    "engine_records",
+]
+
+COMPLETED = "completed"
+#: torch retired the entry without marking it completed (gloo: it returned or failed)
+ENDED = "ended"
+Members = tuple[int, ...]
+#: a model's ``engine_trace``: its engine's record, the last ``n`` entries per group, as
+#: ``{"source": ..., "entries": [...]}`` or ``{"source": ..., "note": why none}``; None: none
+EngineTrace = Callable[[int], Mapping[str, Any] | None]
+
+
+@dataclass(frozen=True)
+class EngineRecord:
+    """One collective in a rank's engine record.
+
+    Attributes:
+        seq: its number in its group, as the engine counts (torch's ``collective_seq_id``).
+        op: the engine's name for it, e.g. ``"gloo:all_reduce"``.
+        group: the group's global ranks, sorted; None for the world.
+        what: what it carried, e.g. ``"Float[3]"``.
+        state: the engine's state: ``"scheduled"``, ``"started"``, ``"completed"``, or
+            ``"ended"`` (torch retired it without saying it completed: it returned or failed).
+    """
+
+    seq: int
+    op: str
+    group: Members | None
+    what: str
+    state: str
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineRecord:
+        """A record from a model's ``engine_trace`` entry (JSON)."""
+        group = data.get("group")
+        return cls(
+            seq=int(data["seq"]),
+            op=str(data["op"]),
+            group=None if group is None else tuple(sorted(int(r) for r in group)),
+            what=str(data.get("what", "")),
+            state=str(data.get("state", "")),
+        )
+
+
+def engine_part(engine: EngineTrace | None, limit: int) -> dict[str, Any] | None:
+    """The engine's record for a report (``engine(limit)``), or None without one; a failure
+    to read it becomes a note: the report never fails for it."""
+    if engine is None:
+        return None
+    try:
+        trace = engine(limit)
+    except Exception as err:  # a private API of the engine: absent, not fatal
+        return {"note": f"the engine's record could not be read: {type(err).__name__}: {err}"}
+    return None if trace is None else dict(trace)
+
+
+def engine_records(trace: object) -> tuple[EngineRecord, ...]:
+    """The records of a report's ``engine`` part (``{"entries": [...]}``); entries that are
+    not plain records are left out (the data comes from another process)."""
+    entries = trace.get("entries") if isinstance(trace, Mapping) else None
+    if not isinstance(entries, list):
+        return ()
+    records = []
+    for entry in entries:
+        try:
+            records.append(EngineRecord.from_dict(entry))
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue
+    return tuple(records)
+
+
+def _group_name(group: Members | None) -> str:
+    return "the world" if group is None else f"group {list(group)}"
+
+
+def _ranks(ranks: Iterable[int]) -> str:
+    ordered = sorted(ranks)
+    word = "rank" if len(ordered) == 1 else "ranks"
+    return f"{word} {', '.join(map(str, ordered))}"
+
+
+def _last(records: Sequence[EngineRecord], group: Members | None) -> EngineRecord | None:
+    mine = [r for r in records if r.group == group]
+    return max(mine, key=lambda r: r.seq) if mine else None
+
+
+def _waiting_in(op: str, seq: int, state: str, group: Members | None) -> str:
+    """What the engine of ranks waiting in a collective of ``group`` says of its last one."""
+    name = _group_name(group)
+    if state in (ENDED, COMPLETED):  # the ledger's collective is not the engine's, or it failed
+        return f"no engine collective of {name} in flight; the last was {op} #{seq} ({state})"
+    return f"{op} #{seq} of {name} is {state}, not completed"
+
+
+def engine_lines(
+    engines: Mapping[int, Sequence[EngineRecord]],
+    group: Members | None,
+    waiting: Iterable[int],
+    behind: Iterable[int],
+    returned: Iterable[int] = (),
+) -> list[str]:
+    """The verdict's lines from the engine records (rank -> records) about ``group``.
+
+    Each rank ``behind``'s last engine collective there, with its state (``ended`` reads
+    ``completed`` for the ranks that ``returned`` from every collective their ledger holds
+    in ``group``); then, for the ranks ``waiting`` in the group's collective, their engine's
+    last one there: in flight (``scheduled, not completed``), or none in flight (the ledger's
+    collective is none of the engine's, e.g. a timed barrier, or the engine ended it), the
+    ranks with the same on one line.
+    """
+    done = set(returned)
+    lines = []
+    for rank in sorted(behind):
+        last = _last(engines.get(rank, ()), group)
+        if last is not None:
+            state = COMPLETED if last.state == ENDED and rank in done else last.state
+            lines.append(
+                f"rank {rank} in torch's flight recorder: its last engine collective was "
+                f"{last.op} #{last.seq} of {_group_name(group)} ({state})."
+            )
+    alike: dict[tuple[str, int, str], list[int]] = {}
+    for rank in sorted(waiting):
+        last = _last(engines.get(rank, ()), group)
+        if last is not None:
+            alike.setdefault((last.op, last.seq, last.state), []).append(rank)
+    for (op, seq, state), ranks in sorted(alike.items(), key=lambda item: min(item[1])):
+        said = _waiting_in(op, seq, state, group)
+        lines.append(f"{_ranks(ranks)} in torch's flight recorder: {said}.")
+    return lines
