@@ -18,7 +18,8 @@ from torch._C._distributed_c10d import TCPStore
 import distbridge as idist
 from distbridge._state import current
 from distbridge.reliability import hang_report
-from distbridge.reliability.hang_report import Reporter, ask_job, collect
+from distbridge.reliability.hang_collect import ask_job, collect
+from distbridge.reliability.hang_report import Reporter
 from distbridge.reliability.verdict import Record
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from distbridge.reliability.hang_report import ask_job, read_dump_dir
+from distbridge.reliability.hang_collect import ask_job, read_dump_dir
 from distbridge.reliability.job_cards import find_card
 from distbridge.reliability.verdict import verdict
 

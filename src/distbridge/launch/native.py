@@ -30,7 +30,7 @@ from distbridge.launch.by_value import main_is_interactive, pack
 from distbridge.launch.pickling import check_picklable
 from distbridge.launch.supervisor import run_workers
 from distbridge.reliability.fail_together import record_failure
-from distbridge.reliability.hang_report import collect
+from distbridge.reliability.hang_collect import collect
 from distbridge.reliability.verdict import verdict
 
 __all__ = ["spawn_native"]

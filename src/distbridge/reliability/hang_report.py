@@ -11,8 +11,7 @@ A `Reporter` is a daemon thread per rank. Every half second it
 With ``DISTBRIDGE_HANG_DIR`` set, each rank also writes its report to
 ``<dir>/rank<r>.json`` whenever its ledger changed, and where it is every few seconds while
 its ledger stands still (a rank stuck for good is described there even when the job is
-gone): `read_dump_dir` reads them back, and `collect` falls back on them for a rank the
-store has nothing of.
+gone): `distbridge.reliability.hang_collect` reads them back.
 
 A model whose engine keeps its own record of collectives (torch's flight recorder) passes
 its ``engine_trace``: reports then carry its tail under ``"engine"`` (see
@@ -20,11 +19,9 @@ its ``engine_trace``: reports then carry its tail under ``"engine"`` (see
 milliseconds), so it is read for answers and dumps only, and for the dump file only while
 the ledger stands still, once per ledger version (`ENGINE_REFRESH_SECONDS` at most).
 
-`collect` asks every rank (or only reads what they published) and returns the reports the
-pure `distbridge.reliability.verdict.verdict` takes; `ask_job` does it from another process,
-by the store's address. Keys live on the job's root store (see
-`fail_together.job_root`), so ``spawn``'s parent, which hosts it, can ask too. Values are
-JSON: nothing received is unpickled or evaluated.
+Asking the ranks and reading their reports back is `distbridge.reliability.hang_collect`.
+Keys live on the job's root store (see `fail_together.job_root`), so ``spawn``'s parent,
+which hosts it, can ask too. Values are JSON: nothing received is unpickled or evaluated.
 """
 
 from __future__ import annotations
@@ -39,24 +36,24 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable, Mapping
-from datetime import timedelta
 from typing import Any, Protocol
 
 from distbridge.reliability.engine_trace import EngineTrace, engine_part, engine_records
-from distbridge.reliability.fail_together import job_root, read_failure
+from distbridge.reliability.fail_together import job_root
 from distbridge.reliability.job_cards import write_card
 from distbridge.reliability.ledger import CollectiveLedger
 from distbridge.reliability.liveness import while_current
-from distbridge.reliability.verdict import RankReport, Record, verdict
+from distbridge.reliability.verdict import RankReport, Record
 
 __all__ = [
     "DIR_ENV_VAR",
+    "REQUEST_KEY",
+    "WORLD_KEY",
     "LedgerOwner",
     "Reporter",
-    "ask_job",
-    "collect",
-    "job_verdict",
-    "read_dump_dir",
+    "answer_key",
+    "as_report",
+    "ledger_key",
     "report",
     "start_reporter",
     "where_now",
@@ -100,11 +97,13 @@ def _torch_dir() -> str:
     return os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
-def _ledger_key(rank: int) -> str:
+def ledger_key(rank: int) -> str:
+    """The key of the ledger ``rank`` last published."""
     return f"{PREFIX}/ledger/{rank}"
 
 
-def _answer_key(request: int, rank: int) -> str:
+def answer_key(request: int, rank: int) -> str:
+    """The key of ``rank``'s answer to verdict request ``request``."""
     return f"{PREFIX}/{request}/{rank}"
 
 
@@ -159,9 +158,10 @@ def report(
     return data
 
 
-def _as_report(
+def as_report(
     data: Mapping[str, Any], answered: bool, note: str = "", asked: bool = True
 ) -> RankReport:
+    """A report as `report` made it (JSON), read back for the verdict."""
     records = tuple(Record.from_dict(r) for r in data.get("records", ()))
     where = data.get("where") if answered else None
     engine = engine_records(data.get("engine"))
@@ -232,14 +232,14 @@ class Reporter:
         if count > self._seen:
             answer = json.dumps(report(self._rank, self._ledger, self._engine))
             for request in range(self._seen + 1, count + 1):
-                self._store.set(_answer_key(request, self._rank), answer)
+                self._store.set(answer_key(request, self._rank), answer)
             self._seen = count
         version = self._ledger.version()
         changed = version != self._published
         if changed:
             self._published = version
             data = {"rank": self._rank, "records": _tail(self._ledger)}
-            self._store.set(_ledger_key(self._rank), json.dumps(data))
+            self._store.set(ledger_key(self._rank), json.dumps(data))
         now = time.monotonic()
         if self._dir and (changed or now - self._written >= REWRITE_SECONDS):
             self._written = now
@@ -266,147 +266,6 @@ def write_report(directory: str, rank: int, data: Mapping[str, Any]) -> str:
     return path
 
 
-def _published(store: Any, rank: int) -> dict[str, Any] | None:
-    key = _ledger_key(rank)
-    with contextlib.suppress(Exception):
-        if store.check([key]):
-            data = json.loads(store.get(key))
-            return data if isinstance(data, dict) else None
-    return None
-
-
-def _dumped(rank: int) -> dict[str, Any] | None:
-    """The report ``rank`` last wrote to the dump directory (``DISTBRIDGE_HANG_DIR``), if any."""
-    directory = os.environ.get(DIR_ENV_VAR)
-    if not directory:
-        return None
-    with contextlib.suppress(OSError, ValueError):
-        with open(os.path.join(directory, f"rank{rank}.json"), encoding="utf-8") as data:
-            loaded = json.load(data)
-        if isinstance(loaded, dict) and loaded.get("rank") == rank:
-            return loaded
-    return None
-
-
-def _gather_answers(
-    root: Any,
-    others: list[int],
-    notes: Mapping[int, str],
-    answers: dict[int, dict[str, Any]],
-    wait: float,
-) -> None:
-    """Ask every rank of ``others`` for its report and put the answers of up to ``wait``
-    seconds in ``answers`` (not the ranks of ``notes``: those cannot answer)."""
-    request = int(root.add(REQUEST_KEY, 1))
-    deadline = time.monotonic() + wait
-    while True:
-        for rank in others:
-            key = _answer_key(request, rank)
-            if rank not in answers and rank not in notes and root.check([key]):
-                with contextlib.suppress(ValueError):
-                    answers[rank] = json.loads(root.get(key))
-                with contextlib.suppress(Exception):
-                    root.delete_key(key)
-        missing = [r for r in others if r not in answers and r not in notes]
-        if not missing or time.monotonic() >= deadline:
-            return
-        time.sleep(0.05)
-
-
-def collect(
-    store: Any,
-    world_size: int,
-    *,
-    me: tuple[int, CollectiveLedger] | None = None,
-    wait: float = 3.0,
-    notes: Mapping[int, str] | None = None,
-    engine: EngineTrace | None = None,
-) -> list[RankReport]:
-    """Every rank's report: asked through ``store`` (the answers of up to ``wait`` seconds),
-    else what the rank last published, or last wrote to the dump directory when the store
-    has nothing of it (marked as not answered). A store that goes away during the wait
-    ends it: the answers received so far stand.
-
-    Args:
-        store: any view of the job's store.
-        world_size: the number of ranks.
-        me: this rank and its ledger, reported directly (not asked).
-        wait: how long to wait for answers; 0 only reads what was published.
-        notes: rank -> why it cannot answer (a failure note), e.g. "its process was killed".
-        engine: ``me``'s model's ``engine_trace``, where its engine keeps a record.
-    """
-    root = job_root(store)
-    notes = dict(notes or {})
-    failure = read_failure(root)
-    if failure is not None:
-        notes.setdefault(failure[0], f"it failed: {failure[1]}")
-    reports: dict[int, RankReport] = {}
-    if me is not None:
-        rank, ledger = me
-        reports[rank] = _as_report(report(rank, ledger, engine), answered=True)
-    others = [r for r in range(world_size) if r not in reports]
-    # Read before the wait: the store's host (Horovod's rank 0) may end during it, as when a
-    # launcher stops every rank at once; a ledger the store lost comes from the dump folder.
-    last_words = {rank: _published(root, rank) or _dumped(rank) for rank in others}
-    answers: dict[int, dict[str, Any]] = {}
-    if wait > 0 and others:
-        with contextlib.suppress(Exception):  # the store's host left: the answers so far
-            _gather_answers(root, others, notes, answers, wait)
-    for rank in others:
-        if rank in answers:
-            reports[rank] = _as_report(answers[rank], answered=True)
-            continue
-        note = notes.get(rank, "")
-        published = last_words[rank]
-        asked = wait > 0
-        if published is not None:
-            reports[rank] = _as_report(published, answered=False, note=note, asked=asked)
-        else:
-            reports[rank] = RankReport(rank, answered=False, note=note, asked=asked)
-    return [reports[r] for r in sorted(reports)]
-
-
-def read_dump_dir(path: str) -> tuple[list[RankReport], int]:
-    """The reports the ranks wrote to dump directory ``path`` (``rank<r>.json``), as not
-    asked: what each last wrote; and the world size they imply (the highest rank + 1).
-
-    Raises:
-        FileNotFoundError: ``path`` holds no ``rank<r>.json`` file.
-    """
-    reports = []
-    for name in sorted(os.listdir(path)):
-        if not (name.startswith("rank") and name.endswith(".json")):
-            continue
-        with open(os.path.join(path, name), encoding="utf-8") as data:
-            loaded = json.load(data)
-        report = _as_report(loaded, answered=True, asked=False)
-        reports.append(report)
-    if not reports:
-        raise FileNotFoundError(
-            f"{path!r} holds no rank<r>.json file: set {DIR_ENV_VAR} to it before the job "
-            "starts, so that every rank writes there."
-        )
-    return reports, max(r.rank for r in reports) + 1
-
-
-def ask_job(address: str, wait: float = 3.0) -> tuple[list[RankReport], int]:
-    """Ask a running job for every rank's report through its store at ``host:port`` (the
-    job's MASTER_ADDR and MASTER_PORT); returns the reports and the world size."""
-    from torch._C._distributed_c10d import TCPStore
-
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"The store address must be host:port, got {address!r}.")
-    store = TCPStore(host, int(port), None, False, timeout=timedelta(seconds=10))
-    if not store.check([WORLD_KEY]):
-        raise RuntimeError(
-            f"The store at {address} has no distbridge job with a collective ledger (no "
-            f"{WORLD_KEY!r} key): is it the job's MASTER_ADDR:MASTER_PORT?"
-        )
-    world_size = int(store.get(WORLD_KEY))
-    return collect(store, world_size, wait=wait), world_size
-
-
 class LedgerOwner(Protocol):
     """What `start_reporter` and `job_verdict` use of a model (``ModelContract``'s part)."""
 
@@ -431,19 +290,3 @@ def start_reporter(
         return None
     write_card(job_root(store), model.get_rank(), world_size)  # for why --pid
     return reporter
-
-
-def job_verdict(
-    store: Any,
-    model: LedgerOwner,
-    notes: Mapping[int, str],
-    wait: float,
-    engine: EngineTrace | None = None,
-) -> str:
-    """Who is at fault in ``model``'s job, from every rank's ledger (and engine record) asked
-    through ``store`` for up to ``wait`` seconds (``notes``: rank -> why it cannot answer;
-    ``engine``: the model's ``engine_trace``, where it has one)."""
-    world = model.get_world_size()
-    me = (model.get_rank(), model.ledger)
-    reports = collect(store, world, me=me, wait=wait, notes=notes, engine=engine)
-    return verdict(reports, world).text

@@ -35,7 +35,7 @@ from distbridge._registry import registry
 from distbridge.errors import DistributedError, suggest
 from distbridge.launch._main_module import check_main_module
 from distbridge.reliability.fail_together import record_failure
-from distbridge.reliability.hang_report import collect
+from distbridge.reliability.hang_collect import collect
 from distbridge.reliability.verdict import verdict
 from distbridge.testing._protocol import Outcome, Setup, make_task
 from distbridge.testing._ranks import LogTail, Member, death, kill_ranks, log_size, read_log

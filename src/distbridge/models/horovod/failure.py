@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from distbridge.reliability import fail_together, failure_hook
 from distbridge.reliability.failure_watch import FailureWatch, start_watch
-from distbridge.reliability.hang_report import Reporter, job_verdict, start_reporter
+from distbridge.reliability.hang_collect import job_verdict
+from distbridge.reliability.hang_report import Reporter, start_reporter
 
 if TYPE_CHECKING:
     from distbridge.reliability.ledger import CollectiveLedger
