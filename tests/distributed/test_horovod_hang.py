@@ -77,6 +77,22 @@ def _start_job(folder: Path, mode: str, **env_vars: str) -> subprocess.Popen[str
     )  # fmt: skip
 
 
+def _started_job(folder: Path, mode: str, settle: float = 0.0) -> subprocess.Popen[str]:
+    """`_start_job`, once rank 0 has entered the collective that hangs (and, with ``settle``,
+    that many seconds more, the job still running); the job is killed if that fails."""
+    job = _start_job(folder, mode)
+    try:
+        wait_for(folder / "started", START_TIMEOUT)
+        if settle:
+            time.sleep(settle)
+            assert job.poll() is None, "the job ended by itself"
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.communicate()
+        raise
+    return job
+
+
 def _verdict_of_hung_job(folder: Path, mode: str) -> str:
     """Start the job, wait for the hang, SIGUSR2 every rank, ``why`` the dumps, kill the job;
     the verdict's text, whole words on one line."""
@@ -171,13 +187,7 @@ def test_a_killed_rank_under_horovodrun(tmp_path: Path) -> None:
     exit status and SIGTERMs the others (non-elastic runs stop every rank when one fails),
     and each, still in the collective, writes the verdict from every rank's ledger: rank 2
     does not answer, and the ledger it published last names its last collective."""
-    job = _start_job(tmp_path, "kill")
-    try:
-        wait_for(tmp_path / "started", START_TIMEOUT)
-    except BaseException:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.communicate()
-        raise
+    job = _started_job(tmp_path, "kill")
     text, ended = _output_of_stopped_job(job, 60)
     seconds = ended - float((tmp_path / "started").read_text())
 
@@ -194,13 +204,7 @@ def test_a_killed_rank_named_by_the_survivors_errors_under_horovodrun(tmp_path: 
     their own, so that horovodrun's SIGTERM ends none: Horovod's engine shuts down on ranks 0
     and 1 when rank 2's connection goes, their all-reduce raises Horovod's "has been shut
     down", and no failure note explains it, so its message gains the verdict."""
-    job = _start_job(tmp_path, "kill_handled")
-    try:
-        wait_for(tmp_path / "started", START_TIMEOUT)
-    except BaseException:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.communicate()
-        raise
+    job = _started_job(tmp_path, "kill_handled")
     text, _ = _output_of_stopped_job(job, 60)
 
     assert "HorovodInternalError: Horovod has been shut down." in text, text[-3000:]
@@ -225,15 +229,7 @@ def test_a_rank_stuck_in_c_under_horovodrun(tmp_path: Path) -> None:
     horovodrun SIGTERMs every rank, ranks 0 and 1 write the verdict, and rank 2, deaf to
     SIGTERM, is SIGKILLed after horovodrun's grace. (A C call that a signal interrupts, as
     ``sleep``, returns on the SIGTERM, and the rank answers for itself.)"""
-    job = _start_job(tmp_path, "c_deadlock")
-    try:
-        wait_for(tmp_path / "started", START_TIMEOUT)
-        time.sleep(targets.SETTLE_SECONDS + 1.0)  # rank 2 is in the C call
-        assert job.poll() is None, "the job ended by itself"
-    except BaseException:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.communicate()
-        raise
+    job = _started_job(tmp_path, "c_deadlock", settle=targets.SETTLE_SECONDS + 1.0)
     stopped = time.time()
     job.send_signal(signal.SIGINT)
     text, ended = _output_of_stopped_job(job, 60)

@@ -34,6 +34,8 @@ __all__ = [
     "engine_lines",
     "engine_part",
     "engine_records",
+    "group_text",
+    "ranks_text",
 ]
 
 COMPLETED = "completed"
@@ -104,11 +106,13 @@ def engine_records(trace: object) -> tuple[EngineRecord, ...]:
     return tuple(records)
 
 
-def _group_name(group: Members | None) -> str:
+def group_text(group: Members | None) -> str:
+    """``the world``, or ``group [0, 1]``."""
     return "the world" if group is None else f"group {list(group)}"
 
 
-def _ranks(ranks: Iterable[int]) -> str:
+def ranks_text(ranks: Iterable[int]) -> str:
+    """``rank 2``, or ``ranks 0, 1`` (sorted)."""
     ordered = sorted(ranks)
     word = "rank" if len(ordered) == 1 else "ranks"
     return f"{word} {', '.join(map(str, ordered))}"
@@ -121,7 +125,7 @@ def _last(records: Sequence[EngineRecord], group: Members | None) -> EngineRecor
 
 def _waiting_in(op: str, seq: int, state: str, group: Members | None) -> str:
     """What the engine of ranks waiting in a collective of ``group`` says of its last one."""
-    name = _group_name(group)
+    name = group_text(group)
     if state in (ENDED, COMPLETED):  # the ledger's collective is not the engine's, or it failed
         return f"no engine collective of {name} in flight; the last was {op} #{seq} ({state})"
     return f"{op} #{seq} of {name} is {state}, not completed"
@@ -151,7 +155,7 @@ def engine_lines(
             state = COMPLETED if last.state == ENDED and rank in done else last.state
             lines.append(
                 f"rank {rank} in torch's flight recorder: its last engine collective was "
-                f"{last.op} #{last.seq} of {_group_name(group)} ({state})."
+                f"{last.op} #{last.seq} of {group_text(group)} ({state})."
             )
     alike: dict[tuple[str, int, str], list[int]] = {}
     for rank in sorted(waiting):
@@ -160,5 +164,5 @@ def engine_lines(
             alike.setdefault((last.op, last.seq, last.state), []).append(rank)
     for (op, seq, state), ranks in sorted(alike.items(), key=lambda item: min(item[1])):
         said = _waiting_in(op, seq, state, group)
-        lines.append(f"{_ranks(ranks)} in torch's flight recorder: {said}.")
+        lines.append(f"{ranks_text(ranks)} in torch's flight recorder: {said}.")
     return lines

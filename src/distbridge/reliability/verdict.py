@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from distbridge.reliability.engine_trace import EngineRecord, engine_lines
+from distbridge.reliability.engine_trace import EngineRecord, engine_lines, group_text, ranks_text
 
 __all__ = ["RankReport", "Record", "Verdict", "verdict"]
 
@@ -123,16 +123,6 @@ class Verdict:
     silent: Members = ()
 
 
-def _ranks(ranks: Iterable[int]) -> str:
-    ordered = sorted(ranks)
-    word = "rank" if len(ordered) == 1 else "ranks"
-    return f"{word} {', '.join(map(str, ordered))}"
-
-
-def _group_name(group: Members | None) -> str:
-    return "the world" if group is None else f"group {list(group)}"
-
-
 def _line(site: str) -> str:
     """``train.py:13`` of ``train.py:13 in main``."""
     return site.split(" in ", 1)[0]
@@ -193,10 +183,10 @@ def _divergence(ledgers: _Ledgers) -> Verdict | None:
             expected = _majority(sides)
             site_of = {op: _line(per_rank[ranks[0]][seq].site) for op, ranks in sides.items()}
             odd = [op for op in sides if op != expected]
-            parts = [f"{_ranks(sides[op])} called {op} ({site_of[op]})" for op in odd]
+            parts = [f"{ranks_text(sides[op])} called {op} ({site_of[op]})" for op in odd]
             text = (
-                f"{' and '.join(parts)} where {_ranks(sides[expected])} called {expected} "
-                f"({site_of[expected]}) at #{seq} of {_group_name(group)}: the ranks diverged; "
+                f"{' and '.join(parts)} where {ranks_text(sides[expected])} called {expected} "
+                f"({site_of[expected]}) at #{seq} of {group_text(group)}: the ranks diverged; "
                 "every rank must call the same collectives in the same order."
             )
             diverged = tuple(sorted(r for op in odd for r in sides[op]))
@@ -208,7 +198,7 @@ def _behind_line(ledgers: _Ledgers, rank: int, group: Members | None, seq: int) 
     report = ledgers.reports.get(rank)
     last = ledgers.last(group, rank)
     if last is None:
-        line = f"rank {rank} did not reach it: it has called no collective of {_group_name(group)}"
+        line = f"rank {rank} did not reach it: it has called no collective of {group_text(group)}"
     else:
         line = (
             f"rank {rank} did not reach it: its last collective was #{last.seq} "
@@ -218,7 +208,7 @@ def _behind_line(ledgers: _Ledgers, rank: int, group: Members | None, seq: int) 
     if elsewhere is not None:
         line += (
             f"; it is waiting in {elsewhere.op} #{elsewhere.seq} of "
-            f"{_group_name(elsewhere.group)} ({_line(elsewhere.site)})"
+            f"{group_text(elsewhere.group)} ({_line(elsewhere.site)})"
         )
     if report is None or not report.answered:
         asked = report is None or report.asked
@@ -250,11 +240,11 @@ def _hang(ledgers: _Ledgers) -> Verdict | None:
         assert record is not None
         raised = [r for r in waiting if (rec := lasts[r]) is not None and rec.state != WAITING]
         if raised:
-            how = f"{_ranks(waiting)} entered it, and it raised on {_ranks(raised)}"
+            how = f"{ranks_text(waiting)} entered it, and it raised on {ranks_text(raised)}"
         else:
-            how = f"{_ranks(waiting)} {'is' if len(waiting) == 1 else 'are'} waiting in it"
+            how = f"{ranks_text(waiting)} {'is' if len(waiting) == 1 else 'are'} waiting in it"
         lines = [
-            f"Hang in {record.op} #{top} of {_group_name(group)} ({_line(record.site)}): {how}."
+            f"Hang in {record.op} #{top} of {group_text(group)} ({_line(record.site)}): {how}."
         ]
         lines += [_behind_line(ledgers, rank, group, top) for rank in sorted(behind)]
         return Verdict(
@@ -272,7 +262,7 @@ def _all_waiting(ledgers: _Ledgers) -> Verdict | None:
             assert record is not None
             if len({r.seq for r in lasts if r is not None}) == 1:
                 text = (
-                    f"Every member of {_group_name(group)} is waiting in {record.op} "
+                    f"Every member of {group_text(group)} is waiting in {record.op} "
                     f"#{record.seq} ({_line(record.site)}): no rank is behind, so the "
                     "backend itself did not complete it (a network problem, a device hang)."
                 )
@@ -293,7 +283,7 @@ def _silent_lines(ledgers: _Ledgers, silent: list[int], named: set[int]) -> list
             last = known[0]
             lines.append(
                 f"rank {rank} did not answer{note}; its last published collective was "
-                f"{last.op} #{last.seq} of {_group_name(last.group)} ({_line(last.site)})."
+                f"{last.op} #{last.seq} of {group_text(last.group)} ({_line(last.site)})."
             )
         else:
             lines.append(f"rank {rank} did not answer{note} and left no ledger.")
