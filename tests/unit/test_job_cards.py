@@ -11,6 +11,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from torch.distributed import FileStore, TCPStore
 
 from distbridge.reliability import job_cards
@@ -82,3 +84,26 @@ def test_a_store_bound_to_every_address_is_asked_on_the_loopback() -> None:
         port = 29500
 
     assert job_cards._store_address(Everywhere()) == "127.0.0.1:29500"
+
+
+class _Address:
+    """Anything with a TCPStore's ``host`` and ``port`` (all a card reads of a store)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rank=st.integers(0, 4095),
+    world_size=st.integers(1, 4096),
+    host=st.sampled_from(["127.0.0.1", "node7", "10.1.2.3", "::1", "0.0.0.0", "::"]),
+    port=st.integers(1, 65535),
+)
+def test_a_card_reads_back_as_written(rank: int, world_size: int, host: str, port: int) -> None:
+    write_card(_Address(host, port), rank, world_size)
+
+    expected_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    assert find_card(os.getpid()) == JobCard(
+        os.getpid(), rank, world_size, f"{expected_host}:{port}"
+    )

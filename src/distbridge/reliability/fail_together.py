@@ -41,13 +41,14 @@ from torch._C._distributed_c10d import PrefixStore  # where torch defines it
 from torch.distributed import distributed_c10d as c10d
 
 from distbridge.errors import CollectiveTimeout, DistributedError, PeerFailed
+from distbridge.reliability import coordination
 from distbridge.reliability.connections import Connections
 
 __all__ = [
     "Abortable",
     "Explains",
     "abort_communicator",
-    "default_store",
+    "default_store_or_none",
     "failure_key",
     "job_root",
     "leave",
@@ -140,11 +141,12 @@ def _explained(op: str, err: RuntimeError, owner: object, failure: PeerFailed | 
     else None."""
     if not isinstance(owner, Explains):
         return failure
-    lost = failure is None and not _timed_out(err) and _lost_peer(err)
-    if failure is None and not _timed_out(err) and not lost:
+    timed_out = _timed_out(err)
+    lost = failure is None and not timed_out and _lost_peer(err)
+    if failure is None and not timed_out and not lost:
         return None
     notes = {} if failure is None else {failure.rank: f"it failed: {failure.summary}"}
-    wait = ANSWER_WAIT_SECONDS if failure is None and not lost else 1.0
+    wait = 1.0 if failure is not None or lost else ANSWER_WAIT_SECONDS
     try:
         text = owner.hang_verdict(notes, wait)
     except Exception:  # a verdict must never hide the error it explains
@@ -190,7 +192,7 @@ def store_ports() -> set[int]:
     connections a failing rank must keep, so that its note reaches the peers."""
     ports: set[int] = set()
     with contextlib.suppress(Exception):
-        ports.add(int(job_root(c10d._get_default_store()).port))
+        ports.add(int(job_root(coordination.default_store()).port))
     with contextlib.suppress(KeyError, ValueError):
         ports.add(int(os.environ["MASTER_PORT"]))
     return ports
@@ -248,10 +250,10 @@ def read_failure(store: Any, wait: float = 0.0) -> tuple[int, str] | None:
         return None
 
 
-def default_store() -> Any | None:
-    """The default process group's store, or None without one."""
+def default_store_or_none() -> Any | None:
+    """`coordination.default_store`, or None without a default process group."""
     try:
-        return c10d._get_default_store()
+        return coordination.default_store()
     except Exception:  # no default process group
         return None
 
@@ -266,7 +268,7 @@ def leave(
     exception is propagating (other than a clean ``SystemExit``), then ``teardown()`` (abort
     the communicator); else as a normal exit. ``store`` defaults to the default process
     group's; without a store nothing is said."""
-    store = default_store() if store is None else store
+    store = default_store_or_none() if store is None else store
     if store is None:
         return
     exc = sys.exc_info()[1]
@@ -307,7 +309,7 @@ def _job_of(owner: object) -> tuple[Any, int, int] | None:
             store = owner.failure_store()
             me, world_size = owner.get_rank(), owner.get_world_size()
         else:
-            store = c10d._get_default_store()
+            store = coordination.default_store()
             me, world_size = c10d.get_rank(), c10d.get_world_size()
     except Exception:
         return None

@@ -17,7 +17,7 @@ from typing import Any
 
 from distbridge.reliability.fail_together import (
     Teardown,
-    default_store,
+    default_store_or_none,
     record_failure,
     summarize,
 )
@@ -63,7 +63,7 @@ def install_excepthook(
     rank: int,
     world_size: int = 0,
     teardown: Teardown | None = None,
-    store_of: Callable[[], Any] = default_store,
+    store_of: Callable[[], Any] = default_store_or_none,
 ) -> None:
     """Make an uncaught exception on this rank leave a failure note for its peers, then call
     ``teardown()`` (abort the communicator, so that peers blocked in a collective fail now

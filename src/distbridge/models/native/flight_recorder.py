@@ -26,7 +26,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["SOURCE", "group_names", "reduce_entries", "tail", "torch_dump"]
+__all__ = ["SOURCE", "group_names", "reduce_entries", "tail", "tail_of", "torch_dump"]
 
 SOURCE = "torch's flight recorder"
 _DUMP = "_dump_fr_trace_json"
@@ -120,3 +120,8 @@ def tail(
         return {"source": SOURCE, "entries": reduce_entries(entries, groups(), limit)}
     except Exception as err:  # a private format that changed: the record is absent
         return {"source": SOURCE, "note": f"unreadable ({type(err).__name__}: {err})."}
+
+
+def tail_of(world: Any, limit: int) -> dict[str, Any]:
+    """`tail` of this process's record, the groups named after ``world`` (the default group)."""
+    return tail(limit, lambda: group_names(world), torch_dump())

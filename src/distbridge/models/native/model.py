@@ -369,11 +369,7 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
 
     @override
     def _engine_trace(self, limit: int) -> dict[str, Any] | None:
-        # torch's flight recorder: gloo by default, NCCL with its trace buffer
-        def groups() -> dict[str, tuple[int, ...] | None]:
-            return flight_recorder.group_names(self._pg())
-
-        return flight_recorder.tail(limit, groups, flight_recorder.torch_dump())
+        return flight_recorder.tail_of(self._pg(), limit)  # gloo; NCCL with its trace buffer
 
     @override
     def _do_barrier(self, group: Any) -> None:
