@@ -6,7 +6,8 @@ is recorded when it starts: its sequence number in its group, its name, what it 
 world is ``None``) and the caller's code position (the first frame outside distbridge). The
 group's log then says whether the rank has passed it. Only the last ``capacity`` entries of
 each group are kept, in a ring of tuples; rendering (file:line, dtype names) waits until
-someone reads the ledger (`snapshot`), so recording costs a few hundred nanoseconds.
+someone reads the ledger (`snapshot`), so recording costs a few hundred nanoseconds. The
+recording itself is `distbridge.reliability.recording.recorded`, a wrapper of each method.
 
 Sequence numbers count this rank's calls per group, so the n-th collective of a group is
 ``#n`` on every member: comparing ledgers across ranks shows who is behind and who called
@@ -16,13 +17,10 @@ something else (`distbridge.reliability.verdict`).
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import os
-import sys
 import weakref
 from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import torch
 
@@ -30,25 +28,18 @@ __all__ = [
     "CAPACITY_ENV_VAR",
     "DEFAULT_CAPACITY",
     "CollectiveLedger",
+    "Entry",
     "GroupLog",
-    "recorded",
+    "Members",
 ]
 
 #: entries kept per group, unless ``DISTBRIDGE_LEDGER_SIZE`` says otherwise
 DEFAULT_CAPACITY: Final = 64
 CAPACITY_ENV_VAR: Final = "DISTBRIDGE_LEDGER_SIZE"
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_INSIDE: dict[str, bool] = {}  # file name -> whether it is distbridge's own (cached)
-_getframe = sys._getframe
-# Dynamo cannot trace frames: traced calls go bare. Dynamo folds this to True; eager it is a
-# plain `return False` (a third of `is_compiling`'s cost: no TorchScript check)
-_dynamo_compiling = torch.compiler.is_dynamo_compiling
-_Tensor = torch.Tensor
 
 Members = tuple[int, ...]
 #: (seq, op, dtype or type, shape or None, code, instruction offset)
 Entry = tuple[int, str, Any, Any, Any, int]
-_Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
 def _capacity() -> int:
@@ -203,149 +194,3 @@ class CollectiveLedger:
                     }
                 )
         return records
-
-
-def _outside(frame: Any) -> Any:
-    """The first frame outside distbridge from ``frame`` back (``frame`` itself if it is
-    outside); the last one reached if all are inside."""
-    while True:
-        name = frame.f_code.co_filename
-        inside = _INSIDE.get(name)
-        if inside is None:
-            inside = _INSIDE[name] = name.startswith(_PACKAGE)
-        back = frame.f_back
-        if not inside or back is None:  # outside, or called from distbridge all the way down
-            return frame
-        frame = back
-
-
-class _NotGiven:
-    """The default of the wrapper's positional slots: the caller passed nothing there."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<not given>"
-
-
-_NO: Final = _NotGiven()
-_SLOTS: Final = 4  # positional arguments after self that the wrapper forwards without packing
-
-
-def _forward(method: Callable[..., Any], self: Any, given: tuple[Any, ...], kwargs: Any) -> Any:
-    """Call ``method`` with the slots that were given (a prefix of them), then the rest."""
-    end = 0
-    while end < len(given) and given[end] is not _NO:
-        end += 1
-    return method(self, *given[:end], **kwargs)
-
-
-def _payload_name(method: Callable[..., Any], x_at: int) -> str:
-    """The name of the parameter at ``x_at`` after ``self`` (for a payload passed by keyword);
-    "" for none."""
-    if x_at < 0:
-        return ""
-    names = list(inspect.signature(method).parameters)[1:]
-    return names[x_at]
-
-
-def recorded(op: str, x_at: int = 0, group_at: int = -1) -> Callable[[_Method], _Method]:
-    """Decorate a model's public collective so that ``self.ledger`` records each call.
-
-    Args:
-        op: the name recorded (``"all_reduce"``).
-        x_at: the position of the payload argument after ``self`` (-1: none, a barrier).
-        group_at: the position of ``group`` after ``self`` (-1: keyword only).
-
-    The undecorated method stays reachable as ``__wrapped__`` (the bench compares both).
-    The wrapper runs on every collective, so its common path is written out in full: up to
-    four positional arguments arrive in positional-only slots and are passed on as they
-    came (no ``*args`` tuple, no ``**kwargs`` dict to forward), a caller outside distbridge
-    costs one ``sys._getframe(1)`` and one dict look-up of its file name (the facade's
-    caller is its ``f_back``; deeper callers are found by `_outside`), and the entry is one
-    tuple in a preallocated ring (nothing is formatted). Under ``torch.compile`` (Dynamo
-    tracing) nothing is recorded.
-    """
-    if x_at >= _SLOTS or group_at >= _SLOTS or x_at not in (-1, 0):
-        raise ValueError(
-            f"recorded({op!r}, x_at={x_at}, group_at={group_at}): the payload comes first "
-            f"(x_at=0) or not at all (-1), and group within the first {_SLOTS} positions."
-        )
-
-    def decorate(method: _Method) -> _Method:
-        payload = x_at == 0
-        x_name = _payload_name(method, x_at)
-
-        @functools.wraps(method)
-        def wrapper(
-            self: Any,
-            a0: Any = _NO,
-            a1: Any = _NO,
-            a2: Any = _NO,
-            a3: Any = _NO,
-            /,
-            *args: Any,
-            **kwargs: Any,
-        ) -> Any:
-            if _dynamo_compiling():  # the graph traces the collective: nothing to record
-                return _forward(method, self, (a0, a1, a2, a3, *args), kwargs)
-            if group_at == 2:
-                group = a2
-            elif group_at == 1:
-                group = a1
-            elif group_at == 0:
-                group = a0
-            elif group_at == 3:
-                group = a3
-            else:
-                group = _NO
-            if group is _NO:
-                group = kwargs.get("group") if kwargs else None
-            ledger = self.ledger
-            log = ledger.world if group is None else ledger.log_of(group)
-            if log is None:  # not a member, or not a group: the collective says so itself
-                return _forward(method, self, (a0, a1, a2, a3, *args), kwargs)
-            frame = _getframe(1)  # the caller: the facade, or whoever called the model
-            code = frame.f_code
-            inside = _INSIDE.get(code.co_filename)
-            if inside:  # the facade: its caller is the user's code, most often
-                back = frame.f_back
-                if back is not None:
-                    frame = back
-                    code = frame.f_code
-                    if _INSIDE.get(code.co_filename) is not False:
-                        frame = _outside(frame)
-                        code = frame.f_code
-            elif inside is None:  # a file not seen yet
-                frame = _outside(frame)
-                code = frame.f_code
-            log.seq = seq = log.seq + 1
-            x = a0 if payload else None
-            if x is _NO:
-                x = kwargs.get(x_name) if kwargs else None
-            if x.__class__ is _Tensor:
-                entry: Entry = (seq, op, x.dtype, x.shape, code, frame.f_lasti)
-            else:
-                entry = (seq, op, x.__class__, None, code, frame.f_lasti)
-            log.ring[seq % log.capacity] = entry
-            try:
-                if args or kwargs:
-                    result = _forward(method, self, (a0, a1, a2, a3, *args), kwargs)
-                elif a1 is _NO:
-                    result = method(self) if a0 is _NO else method(self, a0)
-                elif a2 is _NO:
-                    result = method(self, a0, a1)
-                elif a3 is _NO:
-                    result = method(self, a0, a1, a2)
-                else:
-                    result = method(self, a0, a1, a2, a3)
-            except BaseException:
-                log.passed = log.seq
-                log.raised[seq % log.capacity] = seq
-                raise
-            log.passed = log.seq
-            return result
-
-        return wrapper  # type: ignore[return-value]
-
-    return decorate

@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import FrameType
+from types import FrameType, MethodType
 from typing import Any, Final
 
 from distbridge.errors import suggest
@@ -177,7 +177,9 @@ def _rebuild(model: ComputationModel, state: _Installed) -> None:
         for layer in state.layers:
             if name in layer.ops:
                 if wrapped is None:
-                    wrapped = getattr(type(model), name).__get__(model)
+                    # the class's method bound to the model (not the model's attribute,
+                    # which may be an outer layer's)
+                    wrapped = MethodType(getattr(type(model), name), model)
                 wrapped = _wrap(layer, SPECS[name], wrapped)
                 layered = True
         if layered or name in state.base:
