@@ -161,7 +161,8 @@ def _explained(op: str, err: RuntimeError, owner: object, failure: PeerFailed | 
     if lost:
         return _with_verdict(err, first, text)
     return CollectiveTimeout(
-        f"{op} timed out. {text}\n(From every rank's collective ledger; the backend said: {first})",
+        f"{op} timed out. {text}\n(From the ranks' collective ledgers and stacks, and torch's "
+        f"flight recorder where it keeps one; the backend said: {first})",
         verdict=text,
     )
 
