@@ -57,8 +57,9 @@ _GROUPS = st.sampled_from([None, [0], [1], "not a group"])
 
 def test_the_c_step_is_built_where_it_can_be() -> None:
     assert recording.ACCELERATED is CAN_BUILD, (
-        "distbridge's C recording step was not built: reinstall with a C compiler "
-        "(pip install -e .) on CPython 3.11"
+        "distbridge's C recording step (_recording_accel) was not built: it needs a C "
+        "compiler and Python's headers at install; reinstall (pip install -e .) and read "
+        "pip's output for the extension's build error"
         if CAN_BUILD
         else "the C recording step must not load on another Python than CPython 3.11"
     )
