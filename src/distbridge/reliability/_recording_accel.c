@@ -1,18 +1,23 @@
 /* The collective ledger's recording step in C, for CPython 3.11.
 
-   `distbridge.reliability.recording.recorded` wraps every public collective of a model. Its
-   Python wrapper checks for Dynamo tracing, then calls `record_call` here, which does what
-   the pure-Python wrapper does (`recording._python_wrapper`), without allocating a frame
-   object: the caller's code position is read from the interpreter's frame chain
-   (`sys._getframe` makes a frame object for each frame it returns, which is most of the
-   Python wrapper's cost when the facade is in between). `recording.py` falls back to the Python
-   wrapper where this module is not built (another Python, no compiler); the two are
-   compared in tests/unit/test_recording_accel.py.
+   `distbridge.reliability.recording.recorded` records every public collective of a model.
+   This module does what its pure-Python wrapper does (`recording._python_wrapper`) without
+   making frame objects: the caller's code position is read from the interpreter's frame
+   chain (`sys._getframe` makes a frame object for each frame it returns, and through the
+   facade a new one on every call). It offers two entries:
 
+   Recorded(spec, bound)
+       the method descriptor put on the model class (torch 2.13 on): called as
+       `model.all_reduce(x)` it records and calls the method with no Python frame of its
+       own; read as an attribute it gives `bound`, the Python wrapper below.
    record_call(spec, self, a0, a1, a2, a3, rest, kwargs)
+       the step of that Python wrapper, which checks for Dynamo tracing first.
        spec: (method, op, payload: bool, payload name: str, group position: int)
        a0..a3: the wrapper's positional-only slots (the `not given` marker when absent)
        rest: the further positional arguments (a tuple), kwargs: a dict
+
+   `recording.py` records in Python where this module is not built (another Python, no
+   compiler); tests/unit/test_recording_accel.py compares the two.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
