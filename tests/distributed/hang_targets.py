@@ -18,10 +18,10 @@ Modes (``spawned(local_rank, folder, mode)``):
   signal ends: the rank stays silent through a launcher's SIGTERM, until its SIGKILL.
 
 Rank 0 writes ``<folder>/started`` (the time it entered the fourth collective) and
-``<folder>/caught`` (the time its error came), rank 2 ``<folder>/killed`` (the time it
-SIGKILLs itself), and every rank its pid to
-``<folder>/worker-<rank>.pid``. The lines marked ``# SITE:<name>`` are the ones the verdict
-must name.
+``<folder>/caught`` (the time its error came), every rank that gets its error
+``<folder>/caught-<rank>``, rank 2 ``<folder>/killed`` (the time it SIGKILLs itself), and
+every rank its pid to ``<folder>/worker-<rank>.pid``. The lines marked ``# SITE:<name>`` are
+the ones the verdict must name.
 """
 
 from __future__ import annotations
@@ -86,8 +86,10 @@ def spawned(local_rank: int, folder: str, mode: str) -> int:
         else:
             idist.all_reduce(x)  # SITE:fourth
     finally:
+        now = repr(time.time())
+        Path(folder, f"caught-{rank}").write_text(now)
         if rank == 0:
-            Path(folder, "caught").write_text(repr(time.time()))
+            Path(folder, "caught").write_text(now)
     return rank
 
 

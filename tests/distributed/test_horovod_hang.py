@@ -213,13 +213,21 @@ def test_a_killed_rank_named_by_the_survivors_errors_under_horovodrun(tmp_path: 
         "ended without a word). Why, from every rank's collective ledger:" in text
     ), text[-3000:]
     assert_rank_2_behind(text, SILENT)
-    seconds = float((tmp_path / "caught").read_text()) - float((tmp_path / "killed").read_text())
+    # The first survivor's error: horovodrun SIGKILLs the ranks 5 s after rank 2's exit (its
+    # grace for the SIGTERM they keep), so a survivor whose error comes later writes nothing.
+    caught = {path.name: float(path.read_text()) for path in tmp_path.glob("caught-[01]")}
+    assert caught, f"neither survivor got its error before horovodrun ended:\n{text[-3000:]}"
+    first = min(caught, key=caught.__getitem__)
+    seconds = caught[first] - float((tmp_path / "killed").read_text())
     bound = NOTE_WAIT_SECONDS + 1.0 + 8.0  # the wait for a note, for the answers, and slack
-    assert seconds < bound, f"rank 0's error came {seconds:.1f} s after the SIGKILL"
+    assert seconds < bound, f"the first error ({first}) came {seconds:.1f} s after the SIGKILL"
     pids = [int(p.read_text()) for p in sorted(tmp_path.glob("worker-*.pid"))]
     assert len(pids) == 3
     assert_gone(pids, timeout=10)
-    print(f"\nHANG horovodrun killed, SIGTERM kept: rank 0's error {seconds:.1f} s after it")
+    print(
+        f"\nHANG horovodrun killed, SIGTERM kept: the first error ({first}) {seconds:.1f} s "
+        f"after it; errors from {sorted(caught)}"
+    )
 
 
 def test_a_rank_stuck_in_c_under_horovodrun(tmp_path: Path) -> None:
