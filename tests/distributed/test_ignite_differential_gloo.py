@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.distributed import ignite_targets, warm
+pytest.importorskip(
+    "ignite.distributed", reason="pytorch-ignite is not installed (the test extra has it)"
+)
+
+from tests.distributed import ignite_targets, warm  # imports ignite
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(240)]
 

@@ -16,11 +16,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import ignite.distributed as ignite_dist
 import pytest
 
+pytest.importorskip("ignite", reason="pytorch-ignite is not installed (the test extra has it)")
+
+import ignite.distributed as ignite_dist
+
 import distbridge as idist
-from tests.distributed import ignite_launch_targets
+from tests.distributed import ignite_launch_targets  # imports ignite
 from tests.unit.test_facade import LAUNCH_VARS
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]

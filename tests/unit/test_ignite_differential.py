@@ -25,7 +25,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import ignite.distributed as ignite_dist
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -35,6 +34,10 @@ from torch.utils.data import DistributedSampler, Sampler
 import distbridge as idist
 from distbridge.errors import DistributedError
 from tests.unit.test_facade import LAUNCH_VARS
+
+ignite_dist = pytest.importorskip(
+    "ignite.distributed", reason="pytorch-ignite is not installed (the test extra has it)"
+)
 
 LIBS = {"ignite": ignite_dist, "distbridge": idist}
 MIGRATION = Path(__file__).resolve().parents[2] / "docs" / "migration.md"
