@@ -178,12 +178,33 @@ def _validate(
             f"Unknown start_method {start_method!r}. Allowed: {allowed}."
             + suggest(str(start_method), START_METHODS)
         )
+    initialized = _initialized_accelerator() if start_method == "fork" else None
+    if initialized is not None:
+        raise ValueError(
+            f"start_method='fork' cannot start workers here: this process has initialized "
+            f"{initialized.upper()}, and a forked child cannot use it (torch: 'Cannot "
+            f"re-initialize {initialized.upper()} in forked subprocess'). Use "
+            "start_method='forkserver' (the default: workers fork from a server that never "
+            "touched the accelerator) or 'spawn', or start the job before the first "
+            f"{initialized.upper()} call."
+        )
     if job_timeout is not None and not job_timeout > 0:
         raise ValueError(
             f"job_timeout must be a number of seconds > 0 or None, got {job_timeout!r}."
         )
     if not grace >= 0:
         raise ValueError(f"grace_seconds must be a number of seconds >= 0, got {grace!r}.")
+
+
+def _initialized_accelerator() -> str | None:
+    """The accelerator ("cuda", "xpu") this process has initialized, from torch's own flags
+    (no driver query); None when none is, or torch is not imported."""
+    torch = sys.modules.get("torch")
+    for kind in ("cuda", "xpu"):
+        is_initialized = getattr(getattr(torch, kind, None), "is_initialized", None)
+        if is_initialized is not None and is_initialized():
+            return kind
+    return None
 
 
 def _worker_main(

@@ -53,8 +53,12 @@ class Layout:
 
 
 def visible_gpus() -> int:
-    """The number of CUDA GPUs this process can use (0 without CUDA)."""
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    """The number of CUDA GPUs this process can use (0 without CUDA).
+
+    Fork-safe where NVML answers: torch counts the GPUs through NVML before it asks the CUDA
+    driver, whose first query would leave later forks of this process unable to use CUDA
+    (``spawn`` counts the GPUs in the parent, before any worker starts)."""
+    return torch.cuda.device_count()
 
 
 class LayoutQueries:

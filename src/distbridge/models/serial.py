@@ -98,8 +98,11 @@ class SerialModel(ComputationModel):
         super().__init__()
         self._watch = watch if watch is not None else _NoProbes()
         # As in ignite, the accelerator (CUDA, XPU, ...) when one is visible, even without a
-        # distributed context; with its index, so that it equals a tensor's device.
-        self._device = local_device()
+        # distributed context; with its index, so that it equals a tensor's device. Asked on
+        # first use, not here: this model is made at import, and on a CUDA machine the first
+        # driver query makes every later fork of the process unable to use CUDA (the warm
+        # starter forks its workers from a process that has imported distbridge).
+        self._device: torch.device | None = None
         layout, refusal = _launched()
         # Plain attributes: get_rank() is on logging's hot path.
         self._rank, self._world_size = layout.rank, layout.world_size
@@ -180,6 +183,8 @@ class SerialModel(ComputationModel):
 
     @override
     def device(self) -> torch.device:
+        if self._device is None:
+            self._device = local_device()
         return self._device
 
     @override

@@ -8,8 +8,9 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 import torch.distributed as dist
+
+from distbridge.models._layout import visible_gpus
 
 __all__ = ["backend_problem", "check_group_options", "optional_argument"]
 
@@ -30,8 +31,8 @@ def backend_problem(backend: str) -> str | None:
                 "this torch build has no NCCL (torch.distributed.is_nccl_available() is False; "
                 "CPU-only wheels lack it). Install a CUDA build of torch, or use 'gloo'"
             )
-        if not torch.cuda.is_available():
-            return "NCCL needs a CUDA GPU and torch.cuda.is_available() is False here; use 'gloo'"
+        if visible_gpus() == 0:  # NVML's count: no driver query, forks stay usable
+            return "NCCL needs a CUDA GPU and torch.cuda.device_count() is 0 here; use 'gloo'"
     if backend == "xccl" and not getattr(dist, "is_xccl_available", lambda: False)():
         return (
             "this torch build has no XCCL (torch.distributed.is_xccl_available() is False); "
