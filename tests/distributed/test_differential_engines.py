@@ -17,7 +17,7 @@ import pytest
 from distbridge.testing import run_distributed
 from tests.differential.dict_cases import DICT_FUNCTIONS
 from tests.differential.object_cases import FUNCTIONS
-from tests.distributed import differential_tensor_targets, ndims_targets
+from tests.distributed import bitwise_targets, differential_tensor_targets, ndims_targets
 from tests.distributed.differential_object_targets import run_dict_cases, run_object_cases
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(420)]
@@ -117,3 +117,23 @@ def test_tensor_and_number_collectives_are_exact(
         missing = differential_tensor_targets.required_tags(1, full=True) - set(report["tags"])
         assert not missing, f"rank {report['rank']}: no case exercised {sorted(missing)}"
     print(f"\ntensors on {backend} x{world_size}: {reports[0]['cases']} cases per rank")
+
+
+@pytest.mark.parametrize(("backend", "world_size"), TENSOR_ENGINES)
+def test_reduce_with_bitwise_ops_matches_all_reduce(
+    backend: str, world_size: int, tmp_path: Path
+) -> None:
+    """reduce and reduce_scatter with AND / OR against all_reduce's answer and the exact one
+    (``bitwise_targets``; gloo: ``test_bitwise_reductions_gloo.py``), on this engine."""
+    reports = run_distributed(
+        bitwise_targets.run_bitwise_differential,
+        backend=backend,
+        world_size=world_size,
+        args=(str(tmp_path / "store"),),
+        timeout=240,
+    )
+    mismatches = [m for report in reports for m in report["mismatches"]]
+    shown = "\n".join(" | ".join(m) for m in mismatches[:40])
+    assert not mismatches, f"{len(mismatches)} mismatches (label | expected | got):\n{shown}"
+    assert len({r["digest"] for r in reports}) == 1
+    assert all(r["rules"] == ["own"] and len(r["seen"]) == 36 for r in reports), reports[0]

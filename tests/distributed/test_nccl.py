@@ -22,7 +22,7 @@ import distbridge as idist
 from distbridge.testing import run_distributed
 from tests.differential.dict_cases import DICT_FUNCTIONS
 from tests.differential.object_cases import FUNCTIONS as OBJECT_FUNCTIONS
-from tests.distributed import checks
+from tests.distributed import bitwise_targets, checks
 from tests.distributed import differential_tensor_targets as tensor_targets
 from tests.distributed import fail_together_targets as targets
 from tests.distributed.check_runs import PerRank, failures, run_per_world_size
@@ -76,6 +76,26 @@ def test_differential_tensors_on_nccl(tmp_path: Path, world_size: int) -> None:
     print(f"\nNCCL, {world_size} rank(s): {reports[0]['cases']} tensor cases on each rank")
     assert len({r["digest"] for r in reports}) == 1
     assert not mismatches, "\n".join(" | ".join(m) for m in mismatches[:40])
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_reduce_with_bitwise_ops_on_nccl(tmp_path: Path, world_size: int) -> None:
+    # NCCL has no bitwise ReduceOp ("Cannot use ReduceOp.BAND with NCCL"): reduce and
+    # reduce_scatter fold AND / OR from an all-gather as all_reduce does. The cases of
+    # test_bitwise_reductions_gloo.py, on this rank's GPU, against all_reduce and the exact answer.
+    reports = run_distributed(
+        bitwise_targets.run_bitwise_differential,
+        backend="nccl",
+        world_size=world_size,
+        args=(str(tmp_path / "store"),),
+        kwargs={"on_device": True},
+        timeout=300,
+    )
+    mismatches = [m for report in reports for m in report["mismatches"]]
+    print(f"\nNCCL, {world_size} rank(s): {reports[0]['cases']} bitwise cases on each rank")
+    assert len({r["digest"] for r in reports}) == 1
+    assert not mismatches, "\n".join(" | ".join(m) for m in mismatches[:40])
+    assert all(r["rules"] == ["own"] and len(r["seen"]) == 36 for r in reports), reports[0]
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)

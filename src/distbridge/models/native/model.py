@@ -96,8 +96,9 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
         self._device = device_for(backend, layout)
         self._device_types = backend_device_types(backend)  # what its collectives take
         self._takes_cpu = "cpu" in self._device_types
-        # Reductions the backend lacks, folded from an all-gather: NCCL has no bitwise ones.
-        self._folded_ops = frozenset(("AND", "OR")) if backend == "nccl" else frozenset()
+        # The ReduceOp of (dtype, op) on this backend; None: folded from an all-gather (NCCL
+        # has no bitwise ones). One rule for all_reduce, reduce and reduce_scatter.
+        self._torch_op = ops.torch_ops(backend)
 
     # ---- class level -----------------------------------------------------------------------
 
@@ -234,7 +235,7 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
     @override
     @fail_together.translate_peer_failure
     def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        torch_op = None if op in self._folded_ops else ops.torch_op(tensor.dtype, op)
+        torch_op = self._torch_op(tensor.dtype, op)
         if torch_op is None:
             return tensor.copy_(all_reduce_by_fold(self, tensor, op, group))
         dist.all_reduce(tensor, op=torch_op, group=group)
@@ -281,8 +282,8 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
     @override
     @fail_together.translate_peer_failure
     def _do_reduce(self, tensor: torch.Tensor, dst: int, op: str, group: Any) -> torch.Tensor:
-        torch_op = ops.torch_op(tensor.dtype, op)
-        if torch_op is None:
+        torch_op = self._torch_op(tensor.dtype, op)
+        if torch_op is None:  # folded from an all-gather, as all_reduce does
             return self._do_all_reduce(tensor, op, group)
         dist.reduce(tensor, dst=dst, op=torch_op, group=group)
         return tensor
@@ -309,7 +310,7 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
     @override
     @fail_together.translate_peer_failure
     def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        torch_op = ops.torch_op(tensor.dtype, op)
+        torch_op = self._torch_op(tensor.dtype, op)  # None: the emulation, over all_reduce
         if "reduce_scatter" not in self._emulated and torch_op is not None:
             out = tensor.new_empty((tensor.shape[0] // self._group_size(group), *tensor.shape[1:]))
             try:

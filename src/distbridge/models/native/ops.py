@@ -1,23 +1,25 @@
 """How the native model hands reductions and single-tensor collectives to torch.distributed.
 
-Which reduction c10d runs for a canonical op is ``algorithms/c10d_rules.py``'s rule (a bool
-SUM as MAX, a complex PRODUCT folded), shared with the traceable path of torch.compile.
+Which reduction a backend runs for a canonical op is ``algorithms/c10d_rules.py``'s rule (a
+bool SUM as MAX; a complex PRODUCT, and AND / OR on NCCL, folded), shared with the traceable
+path of torch.compile; all_reduce, reduce and reduce_scatter ask it alike.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from distbridge.algorithms.c10d_rules import c10d_op
+from distbridge.algorithms.c10d_rules import backend_op
 
 __all__ = [
     "NON_MEMBER",
     "all_gather_single",
     "reduce_scatter_single",
-    "torch_op",
+    "torch_ops",
 ]
 
 _OPS: dict[str, Any] = {}
@@ -39,16 +41,22 @@ if dist.is_available():
     NON_MEMBER = dist.GroupMember.NON_GROUP_MEMBER
 
 
-_BY_DTYPE: dict[tuple[torch.dtype, str], Any] = {}  # (dtype, op) -> torch_op's answer
+TorchOp = Callable[[torch.dtype, str], Any]
 
 
-def torch_op(dtype: torch.dtype, op: str) -> Any:
-    """The ``dist.ReduceOp`` that reduces tensors of ``dtype`` by the canonical ``op`` exactly;
-    None where c10d has none and the reduction is folded (``c10d_rules.c10d_op``). Remembered
-    per dtype and op: a training loop asks it once."""
-    try:
-        return _BY_DTYPE[(dtype, op)]
-    except KeyError:
-        name = c10d_op(dtype, op)
-        answer = _BY_DTYPE[(dtype, op)] = None if name is None else _OPS[name]
-        return answer
+def torch_ops(backend: str) -> TorchOp:
+    """``torch_op(dtype, op)`` for ``backend``: the ``dist.ReduceOp`` that reduces tensors of
+    ``dtype`` by the canonical ``op`` exactly there; None where the backend has none and the
+    reduction is folded (``c10d_rules.backend_op``: a complex PRODUCT, AND / OR on NCCL).
+    Remembered per dtype and op: a training loop asks it once."""
+    known: dict[tuple[torch.dtype, str], Any] = {}
+
+    def torch_op(dtype: torch.dtype, op: str) -> Any:
+        try:
+            return known[(dtype, op)]
+        except KeyError:
+            name = backend_op(backend, dtype, op)
+            answer = known[(dtype, op)] = None if name is None else _OPS[name]
+            return answer
+
+    return torch_op
