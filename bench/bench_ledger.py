@@ -1,10 +1,9 @@
 """What the collective ledger costs: the facade with it against the facade without it.
 
 Every public collective of a model is recorded by ``distbridge.reliability.recording.recorded``
-(in C where ``_recording_accel`` is built, the header says); the undecorated method stays
-reachable as ``__wrapped__``, so both sides run the very same code but for the recording. One
-row times the recording in Python (the fallback where the C step is not built). Two kinds of
-rows, each with a noise row (the unrecorded side timed against itself):
+(in Python); the undecorated method stays reachable as ``__wrapped__``, so both sides run the
+very same code but for the recording. Two kinds of rows, each with a noise row (the
+unrecorded side timed against itself):
 
 Most rows call the active model's method directly (the facade's ``current()`` lookup is the
 same either way and is left out); the facade row calls ``idist.all_reduce`` with the model
@@ -34,7 +33,6 @@ import torch
 
 import distbridge as idist
 from distbridge._state import current
-from distbridge.reliability.recording import ACCELERATED, DESCRIPTOR_TRACEABLE, recorded
 
 MIB = 1 << 20
 REPEATS = 25  # serial: alternating blocks a side; the fastest counts
@@ -52,8 +50,6 @@ def _serial_rows(loops: int) -> dict[str, tuple[float, float]]:
     bare_reduce = kind.all_reduce.__wrapped__  # type: ignore[attr-defined]
     bare_gather = kind.all_gather.__wrapped__  # type: ignore[attr-defined]
     bare_barrier = kind.barrier.__wrapped__  # type: ignore[attr-defined]
-    how = kind.all_reduce.recording  # type: ignore[attr-defined]
-    in_python = recorded(how.op, how.x_at, how.group_at, accelerated=False)(bare_reduce)
 
     def facade_with() -> None:  # the class's all_reduce as it is: recorded
         kind.all_reduce = recorded_reduce  # type: ignore[method-assign]
@@ -75,12 +71,6 @@ def _serial_rows(loops: int) -> dict[str, tuple[float, float]]:
             lambda: idist.all_reduce(x),
             facade_with,
             facade_without,
-        ),
-        "all_reduce(tensor), recorded in Python": (
-            lambda: in_python(model, x),
-            lambda: bare_reduce(model, x),
-            as_is,
-            as_is,
         ),
         "all_reduce(3)": (
             lambda: model.all_reduce(3),
@@ -156,8 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     serial = [_serial_rows(args.loops) for _ in range(args.runs)]
     print(
         f"serial, ns of thread CPU time per call (fastest of {REPEATS} blocks of {args.loops}), "
-        f"{args.runs} runs; recorded in {'C' if ACCELERATED else 'Python'}"
-        + (", a method descriptor" if ACCELERATED and DESCRIPTOR_TRACEABLE else "")
+        f"{args.runs} runs"
     )
     print(f"  {'row':44} {'with':>8} {'without':>8} {'cost':>8}")
     for name in serial[0]:

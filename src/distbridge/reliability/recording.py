@@ -3,11 +3,8 @@
 `recorded` decorates the model's methods (``all_reduce``, ``barrier``, ...). Each call
 starts an entry in its group's log (sequence number, op, payload's dtype and shape or type,
 the caller's code position outside distbridge), calls the method and marks the entry passed
-(or raised). The recording step runs in C where ``_recording_accel`` was built at install
-(CPython 3.11: it reads the caller's position from the interpreter's frames without making
-frame objects) and in Python otherwise; both record the same entries
-(tests/unit/test_recording_accel.py). Under ``torch.compile`` (Dynamo tracing) nothing is
-recorded: the call goes to the method as it is.
+(or raised). Under ``torch.compile`` (Dynamo tracing) nothing is recorded: the call goes to
+the method as it is.
 """
 
 from __future__ import annotations
@@ -20,16 +17,10 @@ from collections.abc import Callable
 from typing import Any, Final, NamedTuple, TypeVar
 
 import torch
-from torch.torch_version import TorchVersion
 
-from distbridge.reliability.ledger import Entry, GroupLog
+from distbridge.reliability.ledger import Entry
 
-try:  # the recording step in C (CPython 3.11, built at install): the same entries, cheaper
-    from distbridge.reliability import _recording_accel
-except ImportError:  # another Python, or no compiler at install: recorded in Python
-    _recording_accel = None  # type: ignore[assignment]
-
-__all__ = ["ACCELERATED", "DESCRIPTOR_TRACEABLE", "Recording", "recorded"]
+__all__ = ["Recording", "recorded"]
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _INSIDE: dict[str, bool] = {}  # file name -> whether it is distbridge's own (cached)
@@ -39,10 +30,6 @@ _getframe = sys._getframe
 _dynamo_compiling = torch.compiler.is_dynamo_compiling
 _Tensor = torch.Tensor
 _Method = TypeVar("_Method", bound=Callable[..., Any])
-#: whether Dynamo (``torch.compile``) reads a C data descriptor through its ``__get__``, as
-#: CPython does: from torch 2.13 on (measured: 2.13 does, 2.9 stops at the descriptor and
-#: breaks the graph). Earlier versions get the Python wrapper on the class instead.
-DESCRIPTOR_TRACEABLE: Final = TorchVersion(torch.__version__) >= "2.13"
 
 
 def _classify(name: str) -> bool:
@@ -95,10 +82,10 @@ def _payload_name(method: Callable[..., Any], x_at: int) -> str:
     return names[x_at]
 
 
-def _python_wrapper(
+def _wrapper(
     method: Callable[..., Any], op: str, payload: bool, x_name: str, group_at: int
 ) -> Callable[..., Any]:
-    """The recording wrapper in Python: its common path is written out in full (up to four
+    """The recording wrapper: its common path is written out in full (up to four
     positional arguments arrive in positional-only slots and are passed on as they came; a
     caller outside distbridge costs one ``sys._getframe(1)`` and one dict look-up of its file
     name; the facade's caller is its ``f_back``; the entry is one tuple in a preallocated
@@ -177,72 +164,21 @@ def _python_wrapper(
     return wrapper
 
 
-def _accelerated_wrapper(
-    method: Callable[..., Any], op: str, payload: bool, x_name: str, group_at: int
-) -> Callable[..., Any]:
-    """The recording method whose step runs in C: a ``_recording_accel.Recorded`` method
-    descriptor. Called as ``model.<op>(...)`` it records and calls ``method`` without a
-    Python frame of its own; read as an attribute (``getattr``, ``super()``, Dynamo tracing
-    under ``torch.compile``) it gives a Python wrapper bound to the model, which records
-    through ``_recording_accel.record_call``, or not at all while Dynamo traces. Where
-    Dynamo cannot trace through the descriptor (`DESCRIPTOR_TRACEABLE`), the class gets that
-    Python wrapper itself."""
-    if _recording_accel is None:
-        raise RuntimeError(
-            "distbridge's C recording step (_recording_accel) is not built here; "
-            "reinstall distbridge on CPython 3.11 with a C compiler, or record in Python."
-        )
-    record_call = _recording_accel.record_call
-    spec = (method, op, payload, x_name, group_at)
-
-    @functools.wraps(method)
-    def wrapper(
-        self: Any,
-        a0: Any = _NO,
-        a1: Any = _NO,
-        a2: Any = _NO,
-        a3: Any = _NO,
-        /,
-        *args: Any,
-        **kwargs: Any,
-    ) -> Any:
-        if _dynamo_compiling():  # the graph traces the collective: nothing to record
-            return _forward(method, self, (a0, a1, a2, a3, *args), kwargs)
-        return record_call(spec, self, a0, a1, a2, a3, args, kwargs)
-
-    if not DESCRIPTOR_TRACEABLE:  # Dynamo would stop at the descriptor: the wrapper it is
-        return wrapper
-    recorded_method = _recording_accel.Recorded(spec, wrapper)
-    functools.update_wrapper(recorded_method, method)
-    return recorded_method
-
-
-if _recording_accel is not None:
-    _recording_accel.configure(_NO, _INSIDE, _classify, _Tensor, GroupLog)
-#: whether collectives are recorded by the C step (``_recording_accel.c``) or in Python
-ACCELERATED: Final = _recording_accel is not None
-
-
 class Recording(NamedTuple):
-    """How a method is recorded: `recorded`'s arguments and whether the step runs in C."""
+    """How a method is recorded: `recorded`'s arguments."""
 
     op: str
     x_at: int
     group_at: int
-    accelerated: bool
 
 
-def recorded(
-    op: str, x_at: int = 0, group_at: int = -1, *, accelerated: bool | None = None
-) -> Callable[[_Method], _Method]:
+def recorded(op: str, x_at: int = 0, group_at: int = -1) -> Callable[[_Method], _Method]:
     """Decorate a model's public collective so that ``self.ledger`` records each call.
 
     Args:
         op: the name recorded (``"all_reduce"``).
         x_at: the position of the payload argument after ``self`` (-1: none, a barrier).
         group_at: the position of ``group`` after ``self`` (-1: keyword only).
-        accelerated: record in C (`_accelerated_wrapper`) or in Python (`_python_wrapper`);
-            default: C where it was built (`ACCELERATED`).
 
     The undecorated method stays reachable as ``__wrapped__`` (the bench compares both), and
     how it is recorded as ``recording`` (a `Recording`). Under ``torch.compile`` (Dynamo
@@ -254,12 +190,9 @@ def recorded(
             f"(x_at=0) or not at all (-1), and group within the first {_SLOTS} positions."
         )
 
-    in_c = ACCELERATED if accelerated is None else accelerated
-    make = _accelerated_wrapper if in_c else _python_wrapper
-
     def decorate(method: _Method) -> _Method:
-        wrapper = make(method, op, x_at == 0, _payload_name(method, x_at), group_at)
-        wrapper.recording = Recording(op, x_at, group_at, in_c)  # type: ignore[attr-defined]
+        wrapper = _wrapper(method, op, x_at == 0, _payload_name(method, x_at), group_at)
+        wrapper.recording = Recording(op, x_at, group_at)  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]
 
     return decorate

@@ -1,17 +1,15 @@
-"""The ledger's recording step in C (``_recording_accel``) against the one in Python.
+"""The ledger's recording wrapper against the undecorated method it wraps.
 
-Both wrappers of the same undecorated method are called in the same way from the same line
-(directly, through the facade, from a generator, from another thread); they must give the
-same result or the same error, and add the same entry to the ledger: op, payload, group,
-caller's line, state, and a sequence number one above the group's last. Where the C step
-cannot be built (another Python than CPython 3.11) the Python one records, and the first
-test says which one this interpreter must have.
+The recorded method and its ``__wrapped__`` original are called in the same way from the same
+line (directly, through the facade, from a generator, from another thread); they must give the
+same result or the same error, and the recorded one adds exactly the entry the call makes:
+op, payload, group, the caller's line, its state, and a sequence number one above the group's
+last (none where the group is not one this rank belongs to).
 """
 
 from __future__ import annotations
 
 import inspect
-import sys
 import threading
 import types
 from collections.abc import Callable, Iterator
@@ -25,14 +23,9 @@ from hypothesis import strategies as st
 import distbridge as idist
 from distbridge._state import current
 from distbridge.models import ComputationModel
-from distbridge.reliability import recording
 from distbridge.reliability.ledger import GroupLog
 from tests.unit.test_ledger_call_forms import CALLS, _fresh, _same
 
-CAN_BUILD = sys.implementation.name == "cpython" and sys.version_info[:2] == (3, 11)
-needs_c = pytest.mark.skipif(not CAN_BUILD, reason="the C step reads CPython 3.11's frames")
-
-_METHOD_DESCRIPTOR = 1 << 17  # Py_TPFLAGS_METHOD_DESCRIPTOR
 _DTYPES = (torch.float32, torch.float64, torch.int64, torch.int32, torch.bool)
 _tensors = st.builds(
     lambda dtype, shape: torch.zeros(shape, dtype=dtype),
@@ -55,40 +48,17 @@ _PAYLOADS: dict[str, st.SearchStrategy[Any]] = {
 _GROUPS = st.sampled_from([None, [0], [1], "not a group"])
 
 
-def test_the_c_step_is_built_where_it_can_be() -> None:
-    assert recording.ACCELERATED is CAN_BUILD, (
-        "distbridge's C recording step (_recording_accel) was not built: it needs a C "
-        "compiler and Python's headers at install; reinstall (pip install -e .) and read "
-        "pip's output for the extension's build error"
-        if CAN_BUILD
-        else "the C recording step must not load on another Python than CPython 3.11"
-    )
+def test_every_public_collective_is_recorded() -> None:
     recorded_ops = [
         op for op, value in vars(ComputationModel).items() if hasattr(value, "recording")
     ]
     assert set(CALLS) <= set(recorded_ops)
-    for op in recorded_ops:
-        assert getattr(ComputationModel, op).recording.accelerated is CAN_BUILD
 
 
 def _both(op: str) -> dict[str, Callable[..., Any]]:
-    """The model's ``op`` recorded in Python, and in C both ways: called on the class's
-    descriptor (``model.op(...)``) and read as an attribute first (``getattr``, ``super()``,
-    Dynamo), which gives the Python wrapper around ``record_call``."""
+    """The model's ``op`` as the class has it (recorded), and undecorated (``__wrapped__``)."""
     method = getattr(ComputationModel, op)
-    how = method.recording
-
-    def make(in_c: bool) -> Callable[..., Any]:
-        return recording.recorded(how.op, how.x_at, how.group_at, accelerated=in_c)(
-            method.__wrapped__
-        )
-
-    in_c = make(True)  # a descriptor where Dynamo can trace it, else the wrapper itself
-    return {
-        "python": make(False),
-        "c": in_c,
-        "c, read as an attribute": getattr(in_c, "bound", in_c),
-    }
+    return {"recorded": method, "bare": method.__wrapped__}
 
 
 def _outcome(call: Callable[[], Any]) -> tuple[Any, ...]:
@@ -188,11 +158,10 @@ def _run(wrapper: Callable[..., Any], how: str, args: Any, kwargs: Any) -> Any:
     outcome = _outcome(lambda: _CALLERS[how](wrapper, model, args, kwargs))
     entries = _new_entries(before, model.ledger.snapshot())
     for entry in entries:
-        assert entry["site"].startswith(f"tests/unit/test_recording_accel.py:{_CALL[how]} in ")
+        assert entry["site"].startswith(f"tests/unit/test_recording.py:{_CALL[how]} in ")
     return outcome, entries
 
 
-@needs_c
 @settings(max_examples=300, deadline=None)
 @given(
     st.sampled_from(sorted(_PAYLOADS)),
@@ -200,7 +169,9 @@ def _run(wrapper: Callable[..., Any], how: str, args: Any, kwargs: Any) -> Any:
     _GROUPS,
     st.data(),
 )
-def test_c_and_python_record_the_same(op: str, how: str, group: Any, data: st.DataObject) -> None:
+def test_recorded_calls_answer_as_the_bare_method_and_add_their_entry(
+    op: str, how: str, group: Any, data: st.DataObject
+) -> None:
     payload = data.draw(_PAYLOADS[op], label="payload")
     by_keyword = data.draw(st.booleans(), label="payload by keyword")
     name = _first_name(op)
@@ -212,20 +183,22 @@ def test_c_and_python_record_the_same(op: str, how: str, group: Any, data: st.Da
         way: _run(wrapper, how, tuple(map(_fresh, args)), {k: _fresh(v) for k, v in kwargs.items()})
         for way, wrapper in _both(op).items()
     }
-    python_outcome, python_entries = runs.pop("python")
-    assert all(entry["seq"] == 1 for entry in python_entries)
-    for c_outcome, c_entries in runs.values():
-        assert python_outcome[0] == c_outcome[0]
-        if python_outcome[0] == "returned":
-            assert _same(python_outcome[1], c_outcome[1])
-        else:
-            assert python_outcome[1:] == c_outcome[1:]
-        assert python_entries == c_entries
+    (outcome, entries), (bare_outcome, bare_entries) = runs["recorded"], runs["bare"]
+    assert outcome[0] == bare_outcome[0]
+    if outcome[0] == "returned":
+        assert _same(outcome[1], bare_outcome[1])
+    else:
+        assert outcome[1:] == bare_outcome[1:]
+    assert bare_entries == []
+    assert [(e["seq"], e["op"]) for e in entries] in ([], [(1, op)])
+    ended = "done" if outcome[0] == "returned" else "raised"
+    assert [e["state"] for e in entries] in ([], [ended])
+    if (group is None or group == [0]) and how != "facade":  # a member's call reaches the
+        assert len(entries) == 1  # model (the facade may refuse the arguments before)
 
 
-@needs_c
 @pytest.mark.parametrize("op", sorted(CALLS))
-def test_every_call_form_is_recorded_the_same(op: str) -> None:
+def test_every_call_form_answers_as_the_bare_method(op: str) -> None:
     names = list(inspect.signature(getattr(ComputationModel, op)).parameters)[1:]
     for positional in range(len(CALLS[op]) + 1):
         args = CALLS[op][:positional]
@@ -234,21 +207,18 @@ def test_every_call_form_is_recorded_the_same(op: str) -> None:
             _run(wrapper, "direct", tuple(map(_fresh, args)), dict(kwargs))
             for wrapper in _both(op).values()
         ]
-        for run in runs[1:]:
-            assert run[1] == runs[0][1]
-            assert run[0][0] == runs[0][0][0] == "returned"
-            assert _same(run[0][1], runs[0][0][1])
+        (outcome, entries), (bare_outcome, _) = runs
+        assert outcome[0] == bare_outcome[0] == "returned"
+        assert _same(outcome[1], bare_outcome[1])
+        assert [(e["seq"], e["op"], e["state"]) for e in entries] == [(1, op, "done")]
 
 
-@needs_c
-def test_a_raising_collective_is_marked_raised_by_both() -> None:
-    for wrapper in _both("all_reduce").values():
-        outcome, entries = _run(wrapper, "direct", ("text",), {})
-        assert outcome[:2] == ("raised", TypeError)
-        assert [entry["state"] for entry in entries] == ["raised"]
+def test_a_raising_collective_is_marked_raised() -> None:
+    outcome, entries = _run(_both("all_reduce")["recorded"], "direct", ("text",), {})
+    assert outcome[:2] == ("raised", TypeError)
+    assert [entry["state"] for entry in entries] == ["raised"]
 
 
-@needs_c
 def test_a_group_log_of_a_subclass_is_recorded_through_its_attributes() -> None:
     class CountingLog(GroupLog):
         __slots__ = ("reads",)
@@ -257,47 +227,10 @@ def test_a_group_log_of_a_subclass_is_recorded_through_its_attributes() -> None:
     world = ledger.world
     try:
         ledger.world = CountingLog(None, 4)
-        entries = [
-            _run(wrapper, "direct", (torch.ones(2),), {})[1]
-            for wrapper in _both("all_reduce").values()
-        ]
-        assert entries[0] == entries[1] == entries[2]
+        recorded = _both("all_reduce")["recorded"]
+        entries = [_run(recorded, "direct", (torch.ones(2),), {})[1] for _ in range(3)]
+        assert [[(e["seq"], e["state"]) for e in run] for run in entries] == [[(1, "done")]] * 3
         assert ledger.world.seq == 3
         assert ledger.world.passed == 3
     finally:
         ledger.world = world
-
-
-@needs_c
-def test_the_class_attribute_is_a_method_that_instance_attributes_shadow() -> None:
-    model = current()
-    descriptor = vars(ComputationModel)["all_reduce"]
-    if recording.DESCRIPTOR_TRACEABLE:
-        # a method descriptor for calls (no bound method made), a data descriptor for reads
-        # (so that Dynamo asks its __get__); attribute assignment still goes to the instance
-        assert type(descriptor).__flags__ & _METHOD_DESCRIPTOR
-        assert inspect.isdatadescriptor(descriptor)
-        wrapper = descriptor.bound
-    else:  # torch before 2.13: Dynamo would stop at a descriptor, so the class has the wrapper
-        assert isinstance(descriptor, types.FunctionType)
-        wrapper = descriptor
-    assert inspect.signature(descriptor) == inspect.signature(descriptor.__wrapped__)
-    assert descriptor.__doc__ == descriptor.__wrapped__.__doc__
-    assert descriptor.__qualname__ == "ComputationModel.all_reduce"
-    read = model.all_reduce  # an attribute read: the Python wrapper, bound
-    assert read.__func__ is wrapper and read.__self__ is model
-
-    def shadow(*args: Any, **kwargs: Any) -> str:
-        return "shadowed"
-
-    model.all_reduce = shadow  # what a testing layer does
-    try:
-        assert model.all_reduce is shadow
-        assert model.all_reduce(1) == "shadowed"  # the method-call form finds it too
-        assert vars(model)["all_reduce"] is shadow
-    finally:
-        del model.all_reduce
-    assert "all_reduce" not in vars(model)
-    assert model.all_reduce(2) == 2
-    with pytest.raises(AttributeError, match="all_reduce"):
-        del model.all_reduce
