@@ -56,6 +56,7 @@ def test_a_later_job_forks_from_the_same_server_and_inherits_nothing(
         assert len({found[seeded] for found in everyone}) == len(everyone), seeded
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_warm_workers_use_cuda_after_the_parent_initialized_it() -> None:
     torch.ones(1, device="cuda").sum().item()  # the parent's CUDA context: no fork may copy it
