@@ -9,9 +9,7 @@ received is evaluated or unpickled.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,12 +17,12 @@ from typing import Any
 
 import torch
 
+from distbridge._frames import outside, site
 from distbridge.algorithms import codec
 
 __all__ = ["Fingerprint", "call_site", "describe"]
 
 Fields = tuple[tuple[str, str], ...]
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _CATEGORIES = {
     codec.KIND_INT: "number",
     codec.KIND_FLOAT: "number",
@@ -86,15 +84,7 @@ class Fingerprint:
 
 def call_site() -> str:
     """``file:line in function`` of the first frame outside the distbridge package."""
-    frame = sys._getframe(1)
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
-        frame = frame.f_back
-    path = frame.f_code.co_filename
-    with contextlib.suppress(ValueError):  # another drive on Windows
-        relative = os.path.relpath(path)
-        if not relative.startswith(os.pardir):
-            path = relative
-    return f"{path}:{frame.f_lineno} in {frame.f_code.co_name}"
+    return site(outside(sys._getframe(1)))
 
 
 # ---- what must match, per collective ------------------------------------------------------

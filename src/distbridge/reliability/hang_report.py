@@ -38,6 +38,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from distbridge._frames import inside, outside, site
 from distbridge.reliability.engine_trace import EngineTrace, engine_part, engine_records
 from distbridge.reliability.fail_together import job_root
 from distbridge.reliability.job_cards import write_card
@@ -72,7 +73,6 @@ POLL_SECONDS = 0.5
 SHOWN = 8
 #: while the ledger stands still, how often the dump file's engine record is read again
 ENGINE_REFRESH_SECONDS = 30.0
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _EXIT_JOIN_SECONDS = 2.0
 _running: weakref.WeakSet[Reporter] = weakref.WeakSet()
 
@@ -118,17 +118,12 @@ def where_now(thread_id: int | None = None) -> tuple[str | None, str]:
     if frame is None:
         return None, ""
     stack = "".join(traceback.format_stack(frame))
-    skipped = (_PACKAGE, _torch_dir())
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if not name.startswith(skipped) and not name.startswith("<frozen"):
-            path = name
-            with contextlib.suppress(ValueError):
-                relative = os.path.relpath(name)
-                path = name if relative.startswith(os.pardir) else relative
-            return f"{path}:{frame.f_lineno} in {frame.f_code.co_name}", stack
-        frame = frame.f_back
-    return None, stack
+    skipped = (_torch_dir(), "<frozen")
+    found = outside(frame, skipped)
+    name = found.f_code.co_filename
+    if inside(name) or name.startswith(skipped):  # distbridge's or torch's all the way out
+        return None, stack
+    return site(found), stack
 
 
 def _tail(ledger: CollectiveLedger) -> list[dict[str, Any]]:

@@ -11,45 +11,24 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import sys
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple, TypeVar
 
 import torch
 
+from distbridge._frames import SEEN as _SEEN
+from distbridge._frames import outside
 from distbridge.reliability.ledger import Entry
 
 __all__ = ["Recording", "recorded"]
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_INSIDE: dict[str, bool] = {}  # file name -> whether it is distbridge's own (cached)
 _getframe = sys._getframe
 # Dynamo cannot trace frames: traced calls go bare. Dynamo folds this to True; eager it is a
 # plain `return False` (a third of `is_compiling`'s cost: no TorchScript check)
 _dynamo_compiling = torch.compiler.is_dynamo_compiling
 _Tensor = torch.Tensor
 _Method = TypeVar("_Method", bound=Callable[..., Any])
-
-
-def _classify(name: str) -> bool:
-    """Whether file ``name`` is distbridge's own (remembered in ``_INSIDE``)."""
-    inside = _INSIDE[name] = name.startswith(_PACKAGE)
-    return inside
-
-
-def _outside(frame: Any) -> Any:
-    """The first frame outside distbridge from ``frame`` back (``frame`` itself if it is
-    outside); the last one reached if all are inside."""
-    while True:
-        name = frame.f_code.co_filename
-        inside = _INSIDE.get(name)
-        if inside is None:
-            inside = _classify(name)
-        back = frame.f_back
-        if not inside or back is None:  # outside, or called from distbridge all the way down
-            return frame
-        frame = back
 
 
 class _NotGiven:
@@ -122,17 +101,17 @@ def _wrapper(
             return _forward(method, self, (a0, a1, a2, a3, *args), kwargs)
         frame = _getframe(1)  # the caller: the facade, or whoever called the model
         code = frame.f_code
-        inside = _INSIDE.get(code.co_filename)
+        inside = _SEEN.get(code.co_filename)
         if inside:  # the facade: its caller is the user's code, most often
             back = frame.f_back
             if back is not None:
                 frame = back
                 code = frame.f_code
-                if _INSIDE.get(code.co_filename) is not False:
-                    frame = _outside(frame)
+                if _SEEN.get(code.co_filename) is not False:
+                    frame = outside(frame)
                     code = frame.f_code
         elif inside is None:  # a file not seen yet
-            frame = _outside(frame)
+            frame = outside(frame)
             code = frame.f_code
         log.seq = seq = log.seq + 1
         x = a0 if payload else None

@@ -15,7 +15,6 @@ reaches each layer as its outer call only.
 from __future__ import annotations
 
 import inspect
-import os
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from types import FrameType, MethodType
 from typing import Any, Final
 
+from distbridge._frames import outside
 from distbridge.errors import suggest
 from distbridge.models import ComputationModel
 
@@ -54,7 +54,6 @@ OPS: Final = (
     "broadcast_object",
     "scatter_object",
 )
-_PACKAGE: Final = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 #: each model's installed layers; kept here, not on the model (the layers below the models
 #: touch only a model's public names, tests/unit/test_model_contract.py)
 _INSTALLED: weakref.WeakKeyDictionary[ComputationModel, _Installed] = weakref.WeakKeyDictionary()
@@ -117,12 +116,9 @@ def check_op(op: object) -> str:
 
 def caller_site(frame: FrameType | None) -> str:
     """``file:line`` of the first frame from ``frame`` outwards that is outside distbridge."""
-    while frame is not None and frame.f_back is not None:
-        if not frame.f_code.co_filename.startswith(_PACKAGE):
-            break
-        frame = frame.f_back
     if frame is None:
         return "?"
+    frame = outside(frame)
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
