@@ -28,16 +28,12 @@ from distbridge.launch._main_module import check_main_module
 from distbridge.launch._output import plan_output
 from distbridge.launch.by_value import main_is_interactive, pack
 from distbridge.launch.pickling import check_picklable
-from distbridge.launch.supervisor import run_workers
+from distbridge.launch.supervisor import PEER_WINDOW_SECONDS, START_METHODS, run_workers
 from distbridge.reliability.fail_together import record_failure
 from distbridge.reliability.hang_collect import collect
 from distbridge.reliability.verdict import verdict
 
 __all__ = ["spawn_native"]
-
-_START_METHODS = ("spawn", "fork", "forkserver")
-#: After the first failure, how long the other workers get to raise PeerFailed themselves.
-PEER_WINDOW_SECONDS = 3.0
 
 
 @dataclass(frozen=True)
@@ -117,8 +113,8 @@ def spawn_native(
     nnodes = _positive_int("nnodes", nnodes)
     if not isinstance(node_rank, int) or not 0 <= node_rank < nnodes:
         raise ValueError(f"node_rank must be an int in [0, {nnodes}), got {node_rank!r}.")
-    if start_method not in _START_METHODS:
-        raise ValueError(f"start_method must be one of {_START_METHODS}, got {start_method!r}.")
+    if start_method not in START_METHODS:
+        raise ValueError(f"start_method must be one of {START_METHODS}, got {start_method!r}.")
     if join is not True:
         raise ValueError(
             "join=False is not supported: spawn supervises its workers until they end."

@@ -40,16 +40,27 @@ from distbridge.launch._signals import SignalWatch
 from distbridge.launch._worker_reports import SHORT_REPR, Report, Worker, death, failure
 from distbridge.launch.warm_start import fresh_worker_state, warm_context
 
-__all__ = ["START_METHODS", "run_workers"]
+__all__ = [
+    "PEER_WINDOW_SECONDS",
+    "START_METHODS",
+    "VERDICT_SECONDS",
+    "die_with_parent",
+    "run_workers",
+]
 
 #: The multiprocessing start methods ``run_workers`` accepts.
 START_METHODS = ("spawn", "fork", "forkserver")
+
+#: After the first failure, how long the other workers (or ranks of a testing world) get to
+#: raise PeerFailed themselves before they are stopped.
+PEER_WINDOW_SECONDS = 3.0
+#: How long workers get to answer for the hang verdict on a job timeout.
+VERDICT_SECONDS = 2.0
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _TICK_SECONDS = 1.0  # longest wait between checks, so a missed wake-up costs at most this
 _STACK_DUMP_SECONDS = 1.0  # time given to workers to print their stacks on a timeout
 _EXIT_SLACK_SECONDS = 1.0  # how much longer the parent waits than a worker's own exit watchdog
-_VERDICT_SECONDS = 2.0  # how long workers get to answer for the verdict on a job timeout
 
 
 def run_workers(
@@ -219,7 +230,7 @@ def _worker_main(
     sure the process ends within ``exit_seconds`` even if an ``atexit`` handler hangs.
     ``streams``: pipes to the parent's output relay, by file descriptor (1, 2); ``environ``:
     the parent's environment variables, for a child forked from the warm starter."""
-    _die_with_parent()
+    die_with_parent()
     if environ is not None:  # forked from the warm starter
         fresh_worker_state(environ)
     redirect_output(streams or {})
@@ -260,7 +271,7 @@ def _error_report(exc: BaseException) -> Report:
     return ("error", traceback.format_exc(), type(exc).__name__, message)
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Ask Linux to SIGKILL this process when the thread that started it dies (the caller's
     thread, or the warm starter's server, which itself ends with the caller)."""
     if not sys.platform.startswith("linux"):
@@ -310,7 +321,7 @@ def _supervise(workers: list[Worker], watch: _Watch) -> list[Any]:
             if watch.deadline is not None:
                 timeout = min(timeout, watch.deadline - now)
                 if timeout <= 0:
-                    _raise_timeout(running, watch.job_timeout, watch.verdict(_VERDICT_SECONDS))
+                    _raise_timeout(running, watch.job_timeout, watch.verdict(VERDICT_SECONDS))
         ready = _wait(running, watch.signals, timeout)
         for worker in list(running):
             # Read a report before looking at the exit code: a worker that reported and

@@ -32,7 +32,7 @@ from distbridge.errors import WorkerFailedError
 from distbridge.launch._joinable import Activate, MakeModel
 from distbridge.launch._worker_reports import sentence
 from distbridge.launch.pickling import check_picklable
-from distbridge.launch.supervisor import START_METHODS, _die_with_parent, run_workers
+from distbridge.launch.supervisor import START_METHODS, die_with_parent, run_workers
 
 __all__ = ["spawn_xla"]
 
@@ -79,7 +79,7 @@ class _Replica:
         in_pool = os.getpid() != self.launcher_pid  # torch_xla started a process per device
         try:
             if in_pool:
-                _die_with_parent()
+                die_with_parent()
             value = _cpu_values(self._run(xr))
             try:
                 payload = pickle.dumps(("ok", ordinal, value), protocol=pickle.HIGHEST_PROTOCOL)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import ctypes
 import faulthandler
 import importlib
 import importlib.util
@@ -28,13 +27,13 @@ from typing import Any, NoReturn
 from distbridge import _state
 from distbridge._registry import registry
 from distbridge.errors import PeerFailed
+from distbridge.launch.supervisor import die_with_parent
 from distbridge.models.base import ComputationModel
 from distbridge.reliability.fail_together import Abortable, record_failure, summarize
 from distbridge.testing._protocol import Outcome, Setup, Task
 
 __all__ = ["serve"]
 
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _DETAIL_CHARS = 4000
 
 
@@ -65,9 +64,7 @@ def serve(rank: int, conn: Connection, setup: Setup) -> None:
 
 def _isolate(log_path: str) -> None:
     os.setpgrp()  # the parent stops this rank together with whatever it started
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    die_with_parent()
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)
@@ -97,7 +94,7 @@ def _run(task: Task, rank: int, world_size: int, model: ComputationModel | None)
     except BaseException as exc:
         skipped = _is_skip(exc)
         if not skipped:  # a skip leaves the world up: its peers may finish, or skip too
-            _tell_peers(model, rank, world_size, exc)
+            _fail_together(model, rank, world_size, exc)
         tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
         # A PeerFailed's cause is the backend's "Connection closed by peer": noise here.
         chain = not isinstance(exc, PeerFailed)
@@ -137,7 +134,9 @@ def _undo_patches(kwargs: dict[str, Any]) -> None:
                 value.undo()
 
 
-def _tell_peers(model: ComputationModel | None, rank: int, world: int, exc: BaseException) -> None:
+def _fail_together(
+    model: ComputationModel | None, rank: int, world: int, exc: BaseException
+) -> None:
     """Fail together: leave the failure note and cut this rank's connections."""
     if isinstance(model, Abortable) and model.is_current() and world > 1:
         with contextlib.suppress(Exception):

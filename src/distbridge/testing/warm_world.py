@@ -34,6 +34,7 @@ from typing import Any
 from distbridge._registry import registry
 from distbridge.errors import DistributedError, suggest
 from distbridge.launch._main_module import check_main_module
+from distbridge.launch.supervisor import PEER_WINDOW_SECONDS, VERDICT_SECONDS
 from distbridge.reliability.fail_together import record_failure
 from distbridge.reliability.hang_collect import collect
 from distbridge.reliability.verdict import verdict
@@ -44,10 +45,7 @@ from distbridge.testing._worker import serve
 
 __all__ = ["RanksFailedError", "WarmWorld", "WorldPool", "WorldRun"]
 
-#: After the first rank fails, how long the others get to answer (e.g. with PeerFailed).
-PEER_WINDOW_SECONDS = 3.0
 _STACK_SECONDS = 2.0  # longest wait for the stopped ranks' stacks
-_VERDICT_SECONDS = 2.0  # longest wait for the ranks' ledgers at a timeout
 _GRACE_SECONDS = 2.0  # how long ranks told to stop get before SIGKILL
 _LIVE_SECONDS = 0.05  # how often the logs are read when a test's output is shown live
 _OPTIONS = ("nproc", "backend", "timeout", "debug")
@@ -277,11 +275,11 @@ class WarmWorld:
 
     def _verdict(self) -> str:
         """The hang verdict from the ranks' collective ledgers, asked through the world's
-        store (``_VERDICT_SECONDS``); "" without a store or when none is found."""
+        store (``VERDICT_SECONDS``); "" without a store or when none is found."""
         if self._store is None:
             return ""
         try:
-            found = verdict(collect(self._store, self.nproc, wait=_VERDICT_SECONDS), self.nproc)
+            found = verdict(collect(self._store, self.nproc, wait=VERDICT_SECONDS), self.nproc)
         except Exception:  # a verdict must never hide the timeout it explains
             return ""
         return "" if found.kind == "no hang" else found.text
