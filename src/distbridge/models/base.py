@@ -9,6 +9,7 @@ group resolution and caching, and the error texts.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from datetime import timedelta
@@ -107,7 +108,8 @@ class ComputationModel(ModelSurface):
         value = float(x) if dtype is torch.float64 else codec.encode_number(x, kind)
         # Made where the backend reduces it, in a dtype it carries: no _reduce_tensor detour.
         tensor = torch.tensor([value], dtype=dtype, device=self._number_device(dtype))
-        work, back = carriers.reduction_carrier(tensor, name, self.uncarried_dtypes)  # MIN: IEEE
+        # MIN / MAX of a float: IEEE's, through integer keys made in tensor's memory
+        work, back = carriers.reduction_carrier(tensor, name, self.uncarried_dtypes, in_place=True)
         out = self._reduce_placed(work, name, resolved)
         result = self._number_value(out if back is None else back(out))
         if name == "AVG" or kind == codec.KIND_FLOAT:
@@ -350,10 +352,17 @@ class ComputationModel(ModelSurface):
         """All-reduce tensor ``x`` in place with canonical ``op``, through ``device`` (its
         placement) and a carrier where the backend cannot reduce its dtype as it is."""
         work, back = carriers.reduction_carrier(
-            self.to_placement(x, device), op, self.uncarried_dtypes
+            self.to_placement(x, device), op, self.uncarried_dtypes, in_place=True
         )
-        out = self._reduce_placed(work, op, group)
-        return write_back(x, out if back is None else back(out))
+        if back is None:
+            return write_back(x, self._reduce_placed(work, op, group))
+        try:
+            out = self._reduce_placed(work, op, group)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                back(work)  # the carrier may have made float MIN / MAX keys in x: x again
+            raise
+        return write_back(x, back(out))
 
     def _reduce_placed(self, work: torch.Tensor, op: str, group: Any) -> torch.Tensor:
         """All-reduce ``work``, already on its placement in a dtype the backend carries, with
