@@ -1,4 +1,4 @@
-"""Developer sessions: nox -s tests | lint | typecheck | docs | bench | examples | xla | horovod.
+"""Sessions: nox -s tests | lint | typecheck | docs | bench | examples | xla | horovod | gpu.
 
 Every session installs torch through ci/constraints.txt, so it gets the pinned version. On
 CI's machines that is a CPU wheel from a local wheel folder; elsewhere, install a CPU torch
@@ -141,3 +141,13 @@ def horovod(session: nox.Session) -> None:
         "--checkpoint", checkpoint,
     )  # fmt: skip
     session.run("python", "bench/bench_horovod.py")
+
+
+@nox.session
+def gpu(session: nox.Session) -> None:
+    """The GPU suite, ci/gpu_suite.sh (docs/benchmarks.md, "GPU suite"), in a venv with the
+    test extra and PyPI's default (CUDA) build of torch: `nox -s gpu`, or `nox -s gpu --
+    --dry-run` without a GPU. On a GPU machine without network, run the script itself.
+    """
+    session.install(*CONSTRAINTS, "-e", ".[test]")
+    session.run("bash", "ci/gpu_suite.sh", *session.posargs, external=True)
