@@ -14,8 +14,8 @@
 # Without a CUDA GPU (and without --dry-run) it says so and exits 4 at once.
 #
 # Budget: under 8 minutes on one H100 / H200. Overridable in seconds:
-#   GPU_SUITE_PYTEST_SECONDS (380, the whole pytest run), GPU_SUITE_TEST_SECONDS (240, one
-#   test), GPU_SUITE_BENCH_SECONDS (90, the bench). PYTHON picks the interpreter (python).
+#   GPU_SUITE_PYTEST_SECONDS (350, the whole pytest run), GPU_SUITE_TEST_SECONDS (240, one
+#   test), GPU_SUITE_BENCH_SECONDS (80, the bench). PYTHON picks the interpreter (python).
 # Exit status: 0 when every step passed; else the first failing step's (3: a module the
 # suite needs is missing, 4: no GPU, pytest's own status, 124: a step ran out of time).
 set -uo pipefail
@@ -32,8 +32,8 @@ esac
 OUT_DIR="${OUT:-$PWD/gpu-suite-out}"
 PYTHON="${PYTHON:-python}"
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
-PYTEST_SECONDS="${GPU_SUITE_PYTEST_SECONDS:-380}"
-BENCH_SECONDS="${GPU_SUITE_BENCH_SECONDS:-90}"
+PYTEST_SECONDS="${GPU_SUITE_PYTEST_SECONDS:-350}"
+BENCH_SECONDS="${GPU_SUITE_BENCH_SECONDS:-80}"
 export GPU_SUITE_TEST_SECONDS="${GPU_SUITE_TEST_SECONDS:-240}"
 export PYTHONPATH="src:.${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
@@ -118,7 +118,7 @@ EOF
     else
         echo "== pytest -m gpu (at most ${PYTEST_SECONDS} s; ${GPU_SUITE_TEST_SECONDS} s a test)"
         rm -f "$OUT_DIR/junit.xml"  # an earlier run's must not count
-        timeout --signal=INT --kill-after=30 "$PYTEST_SECONDS" \
+        timeout --signal=INT --kill-after=20 "$PYTEST_SECONDS" \
             "$PYTHON" -m pytest "${args[@]}" -v --durations=15 --junitxml="$OUT_DIR/junit.xml"
         pytest_status=$?
         if ((pytest_status == 124)); then
