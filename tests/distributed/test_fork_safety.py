@@ -44,6 +44,7 @@ def _calls(log: Path) -> list[tuple[int, str, str]]:
     return rows
 
 
+@pytest.mark.gpu  # runs everywhere; on a GPU machine spawn("nccl") runs a real job too
 def test_import_and_the_warm_server_ask_the_accelerator_nothing(tmp_path: Path) -> None:
     site = tmp_path / "site"
     site.mkdir()
@@ -114,3 +115,19 @@ def test_the_warm_starter_runs_after_cuda_was_initialized(monkeypatch: pytest.Mo
     interpreter that never touched the accelerator: the caller's CUDA state does not matter."""
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     assert idist.spawn("gloo", _work, nproc_per_node=2) == [0, 1]
+
+
+def _nccl_work(local_rank: int) -> tuple[float, str]:
+    x = torch.ones(1, device=idist.device())
+    return idist.all_reduce(x).item(), str(x.device)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_nccl_spawn_with_default_arguments_after_the_caller_used_cuda() -> None:
+    """The headline call, after the caller has used CUDA itself (a notebook's CUDA cell)."""
+    torch.ones(1, device="cuda").sum().item()
+    for _ in range(2):  # the job that starts the warm server, and one forked from it
+        assert idist.spawn("nccl", _nccl_work, nproc_per_node=1) == [(1.0, "cuda:0")]
+    with pytest.raises(ValueError, match=r"start_method='fork'.*initialized CUDA"):
+        idist.spawn("nccl", _nccl_work, nproc_per_node=1, start_method="fork")
