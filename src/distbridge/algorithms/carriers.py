@@ -155,17 +155,20 @@ def ordered_carrier(
     minimum / maximum, and the function that turns the reduced keys back into floats (see
     ``_OrderKeys``).
 
-    ``in_place``: the keys are made in ``tensor``'s own memory (a float32 or float64 one;
-    16-bit floats get a new int32 tensor), and the function writes the floats back into
-    ``tensor`` and returns it, so an in-place all-reduce copies nothing; it overwrites the
-    reduced keys it is given. Called on the keys before they are reduced, it puts
-    ``tensor`` back (a NaN may come back with another sign or payload). Otherwise neither
-    ``tensor`` nor the reduced keys are written to (as torch.compile wants).
+    ``in_place`` (an all-reduce, whose reduced keys have ``tensor``'s shape): the keys are
+    made in ``tensor``'s own memory (a float32 or float64 one; 16-bit floats get a new int32
+    tensor), and the function writes the floats back into ``tensor`` and returns it, so an
+    in-place all-reduce copies nothing; it overwrites the reduced keys it is given. Called on
+    the keys before they are reduced, it puts ``tensor`` back (a NaN may come back with
+    another sign or payload). Otherwise neither ``tensor`` nor the reduced keys are written
+    to (as torch.compile wants), and the reduced keys may have any shape (a fold's row, a
+    reduce-scatter's chunk). Off the CPU and CUDA (XLA) the keys are a CPU copy's, and the
+    floats come back as a new tensor either way.
     """
     if tensor.device.type not in ("cpu", "cuda"):
         # XLA: the keys stay on the CPU (XLA lowers int32's extremes through a float, and may
         # keep int64 as int32); the backend moves them where it reduces them exactly
-        keys, from_keys = ordered_carrier(tensor.cpu(), op, in_place=True)  # a copy: ours
+        keys, from_keys = ordered_carrier(tensor.cpu(), op, in_place)
         device = tensor.device
         return keys, lambda out: from_keys(out.cpu()).to(device)
     dtype, order = tensor.dtype, _KEYS[(tensor.dtype, op)]
