@@ -19,10 +19,12 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import distbridge as idist
+from distbridge import _state
 from distbridge.algorithms.c10d_rules import NO_BITWISE, backend_op, c10d_op
 from distbridge.models.native import ops
 from tests.differential import tensor_cases as tc
@@ -129,6 +131,37 @@ def test_every_drawn_bitwise_case_on_nccl_s_route(like_nccl: list[str]) -> None:
     found = [m for case in cases for m in bitwise_targets.check_case(case)]
     assert not found, "\n".join(" | ".join(m) for m in found[:20])
     assert not any(c.endswith(("(BAND)", "(BOR)")) for c in like_nccl), like_nccl
+
+
+def test_compiled_bitwise_ops_fold_on_nccl_as_eager_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside torch.compile the functional collectives take the same rule: on NCCL, AND / OR
+    are folded from an all-gather, never sent as "band" / "bor" (which NCCL refuses)."""
+    idist.initialize("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        monkeypatch.setattr(_state.current(), "backend", lambda: "nccl")
+        asked: list[str] = []
+        real = funcol.all_reduce
+
+        def like_nccl(tensor: torch.Tensor, op: str, group: Any, tag: str = "") -> torch.Tensor:
+            asked.append(op)
+            if op in ("band", "bor"):
+                raise ValueError(f"Cannot use ReduceOp.{op.upper()} with NCCL")
+            return real(tensor, op, group, tag)
+
+        monkeypatch.setattr(funcol, "all_reduce", like_nccl)
+        for op in ("OR", "AND", "SUM"):
+            step = torch.compile(
+                lambda x, op=op: idist.all_reduce(x, op), fullgraph=True, backend="eager"
+            )
+            x = torch.tensor([5, 0, 3, 1], dtype=torch.int32)
+            assert torch.equal(step(x.clone()), x), op  # a world of one: the input itself
+            torch.compiler.reset()
+        assert "band" not in asked and "bor" not in asked, asked
+    finally:
+        monkeypatch.undo()
+        idist.finalize()
 
 
 # ---- the serial model, hypothesis-drawn --------------------------------------------------------

@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
 from distbridge.algorithms import byte_view, carriers, codec
-from distbridge.algorithms.c10d_rules import c10d_op
+from distbridge.algorithms.c10d_rules import backend_op
 from distbridge.algorithms.checks import check_dense, check_reducible
 from distbridge.algorithms.fold import fold
 from distbridge.algorithms.groups import GroupCache, is_mesh, mesh_group
@@ -80,7 +80,7 @@ def _reduced(model: ModelContract, work: torch.Tensor, name: str, resolved: Any)
     """``work`` (in a dtype the backend carries) all-reduced with canonical ``name``, as the
     eager ``_reduce_placed`` does."""
     pg = _process_group(resolved)
-    engine_op = c10d_op(work.dtype, name)
+    engine_op = backend_op(model.backend(), work.dtype, name)  # the eager path's rule
     if engine_op is None:  # fold, in rank order, as the eager path does
         rows = funcol.all_gather_tensor(work.reshape(1, -1), 0, pg)
         return fold(rows, name).view(work.shape)
