@@ -34,8 +34,10 @@ def outside(frame: FrameType, skip: tuple[str, ...] = ()) -> FrameType:
     every one is."""
     while True:
         name = frame.f_code.co_filename
+        if not (inside(name) or (skip and name.startswith(skip))):
+            return frame
         back = frame.f_back
-        if back is None or not (inside(name) or (skip and name.startswith(skip))):
+        if back is None:
             return frame
         frame = back
 

@@ -17,13 +17,13 @@ from typing import Any, Final, NamedTuple, TypeVar
 
 import torch
 
-from distbridge._frames import SEEN as _SEEN
-from distbridge._frames import outside
+from distbridge._frames import SEEN, outside
 from distbridge.reliability.ledger import Entry
 
 __all__ = ["Recording", "recorded"]
 
 _getframe = sys._getframe
+_seen = SEEN.get  # file name -> whether it is distbridge's own, None: not asked yet
 # Dynamo cannot trace frames: traced calls go bare. Dynamo folds this to True; eager it is a
 # plain `return False` (a third of `is_compiling`'s cost: no TorchScript check)
 _dynamo_compiling = torch.compiler.is_dynamo_compiling
@@ -101,13 +101,13 @@ def _wrapper(
             return _forward(method, self, (a0, a1, a2, a3, *args), kwargs)
         frame = _getframe(1)  # the caller: the facade, or whoever called the model
         code = frame.f_code
-        inside = _SEEN.get(code.co_filename)
+        inside = _seen(code.co_filename)
         if inside:  # the facade: its caller is the user's code, most often
             back = frame.f_back
             if back is not None:
                 frame = back
                 code = frame.f_code
-                if _SEEN.get(code.co_filename) is not False:
+                if _seen(code.co_filename) is not False:
                     frame = outside(frame)
                     code = frame.f_code
         elif inside is None:  # a file not seen yet
