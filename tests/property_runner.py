@@ -175,7 +175,12 @@ _ADDRESS = re.compile(r" at 0x[0-9a-f]+")
 _WORLD_SIZE_PATTERNS = (
     (re.compile(r"world of size \d+"), "world of size W"),
     (re.compile(r"valid ranks: 0\.\.\d+"), "valid ranks: 0..W-1"),
-    (re.compile(r"is not a valid (local )?rank \(0\.\.\d+\)"), r"is not a valid \1rank (0..W-1)"),
+    (
+        re.compile(r"rank should be between 0 and \d+, but given"),
+        "rank should be between 0 and W-1, but given",
+    ),
+    (re.compile(r"the world has \d+ ranks?\."), "the world has W ranks."),
+    (re.compile(r"this node has \d+ process(es)?\."), "this node has W processes."),
     (re.compile(r"only \d+ results were gathered"), "only N results were gathered"),
     (re.compile(r"a list of \d+ (tensors|objects)"), r"a list of N \1"),
     (re.compile(r"Group ranks \[[^\]]*\] are outside"), "Group ranks [...] are outside"),

@@ -87,11 +87,11 @@ class Registry:
                     return model
                 reason = model.unavailable_reason(backend) or "its dependency is missing"
                 raise BackendUnavailableError(
-                    f"Backend {backend!r} is not available: {reason}. "
-                    f"Available: {', '.join(available) or 'none'}."
+                    f"Backend {backend!r} is not available: {reason}. Backend should be one "
+                    f"of the available backends: {', '.join(available) or 'none'}."
                 )
         raise BackendUnavailableError(
-            f"Backend {backend!r} is not available. Available: {', '.join(available) or 'none'}."
+            f"Unknown backend {backend!r}. Available backends: {', '.join(available) or 'none'}."
             + suggest(backend, self.known_backends())
         )
 

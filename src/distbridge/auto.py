@@ -311,11 +311,20 @@ class DistributedProxySampler(DistributedSampler[Any]):
         self, sampler: Sampler[Any], num_replicas: int | None = None, rank: int | None = None
     ) -> None:
         if not isinstance(sampler, Sampler):
-            raise TypeError(f"sampler must be a torch Sampler, got {type(sampler).__name__}.")
+            raise TypeError(
+                "Argument sampler should be instance of torch Sampler, but given "
+                f"{type(sampler).__name__}: pass a Sampler such as RandomSampler(dataset)."
+            )
         if isinstance(sampler, DistributedSampler):
-            raise TypeError("sampler is already distributed; pass it to the DataLoader as is.")
+            raise TypeError(
+                "Argument sampler must not be a distributed sampler already: pass the "
+                "DistributedSampler to the DataLoader as is."
+            )
         if not hasattr(sampler, "__len__"):
-            raise TypeError(f"sampler {type(sampler).__name__} must have a length.")
+            raise TypeError(
+                f"Argument sampler should have length, but {type(sampler).__name__} has no "
+                "__len__: define it (the proxy splits a fixed number of indices)."
+            )
         num_replicas = _api.get_world_size() if num_replicas is None else num_replicas
         rank = _api.get_rank() if rank is None else rank
         super().__init__(sampler, num_replicas=num_replicas, rank=rank, shuffle=False)  # type: ignore[arg-type]

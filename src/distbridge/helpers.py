@@ -35,7 +35,12 @@ def _check_rank(rank: object, size: int, what: str) -> int:
     if not isinstance(rank, int) or isinstance(rank, bool):
         raise TypeError(f"rank must be an int, got {rank!r}.")
     if not 0 <= rank < size:
-        raise ValueError(f"rank={rank} is not a valid {what} (0..{size - 1}).")
+        has = (
+            f"the world has {size} rank{'s' * (size != 1)}"
+            if what == "rank"
+            else f"this node has {size} process{'es' * (size != 1)}"
+        )
+        raise ValueError(f"{what} should be between 0 and {size - 1}, but given {rank}: {has}.")
     return rank
 
 

@@ -65,11 +65,16 @@ class Parallel:
             "master_port": master_port,
         }
         given = sorted(k for k, v in spawn_only.items() if v is not None)
-        if backend is None and (nproc_per_node is not None or given or init_method):
-            raise ValueError(
-                "Parallel(backend=None) runs serially; nproc_per_node, nnodes, node_rank, "
-                "master_addr, master_port and init_method need a backend such as 'gloo'."
-            )
+        if backend is None:
+            # ignite's order: the first argument given is the one named
+            needs = {"nproc_per_node": nproc_per_node, **spawn_only, "init_method": init_method}
+            for name, value in needs.items():
+                if value is not None:
+                    raise ValueError(
+                        f"If backend is None, argument {name!r} should be also None, but given "
+                        f"{value!r}: Parallel(backend=None) runs serially, and {name} needs a "
+                        "backend such as 'gloo'."
+                    )
         if nproc_per_node is None and given:
             raise ValueError(
                 f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} only when "
@@ -177,20 +182,24 @@ def _check_spawn_layout(
     for name, value in (("nproc_per_node", nproc_per_node), ("nnodes", nnodes)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             error = ValueError if isinstance(value, (int, float)) else ArgumentTypeError
-            raise error(f"{name} must be an int >= 1, got {value!r}.")
+            raise error(f"Argument {name} should positive, but given {value!r}: pass an int >= 1.")
     node_rank = spawn_only["node_rank"]
     if node_rank is None and nnodes > 1:
         raise ValueError(
-            f"nnodes={nnodes} needs node_rank, this machine's index in 0..{nnodes - 1}: pass it."
+            f"If number of nodes larger than one, arguments node_rank should be given: nnodes="
+            f"{nnodes} needs this machine's index in 0..{nnodes - 1}."
         )
     if node_rank is not None and (not isinstance(node_rank, int) or not 0 <= node_rank < nnodes):
         error = ValueError if isinstance(node_rank, (int, float)) else ArgumentTypeError
-        raise error(f"node_rank must be an int in 0..{nnodes - 1}, got {node_rank!r}.")
+        raise error(
+            f"Argument node_rank should be between 0 and {nnodes - 1}, but given {node_rank!r}."
+        )
     addr = spawn_only["master_addr"] or os.environ.get("MASTER_ADDR")
     port = spawn_only["master_port"] or os.environ.get("MASTER_PORT")
     if nnodes > 1 and init_method is None and (not addr or not port):
         raise ValueError(
-            f"nnodes={nnodes} needs node 0's address and a port that every node passes, got "
+            "If number of nodes larger than one, arguments master_addr and master_port (node "
+            f"0's address and a port that every node passes) or init_method should be given, got "
             f"master_addr={spawn_only['master_addr']!r}, master_port={spawn_only['master_port']!r}"
             ": pass both (or export MASTER_ADDR / MASTER_PORT on every node), or an init_method."
         )

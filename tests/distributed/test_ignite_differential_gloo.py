@@ -26,6 +26,10 @@ def test_bad_input_raises_ignites_types_on_two_ranks() -> None:
     assert warm.call(ignite_targets.bad_input, world_size=2) == [[], []]
 
 
+def test_messages_contain_ignites_words_on_two_ranks() -> None:
+    assert warm.call(ignite_targets.ignites_words, world_size=2) == [[], []]
+
+
 def test_ranks_outside_the_group_get_their_input_back_as_in_ignite() -> None:
     rank0, rank1 = warm.call(ignite_targets.outside_the_group, world_size=2)
     for lib in ("ignite", "distbridge"):

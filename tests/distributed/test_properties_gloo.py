@@ -24,7 +24,9 @@ CASE_TIMEOUT = 30.0  # seconds every rank gets to finish one case
 
 # Messages a non-source rank may word differently: it cannot know what the source rank's
 # value was, so it points to that rank's error instead.
-_REFERRALS = re.compile(r"see (its|their|that rank's) error|\(src=0\)\. Pass safe_mode=True")
+_REFERRALS = re.compile(
+    r"see (its|their|that rank's) error|safe_mode should be True if None is passed for non src"
+)
 
 # Known differences between the serial and the native model's messages (same error type),
 # each pair of patterns replaced by one placeholder before comparing. They are printed with

@@ -58,7 +58,7 @@ def test_proxy_sampler_validates_its_sampler() -> None:
     with pytest.raises(TypeError, match="torch Sampler"):
         idist.DistributedProxySampler([1, 2, 3])  # type: ignore[arg-type]
     dataset = TensorDataset(torch.arange(4.0))
-    with pytest.raises(TypeError, match="already distributed"):
+    with pytest.raises(TypeError, match="must not be a distributed sampler already"):
         idist.DistributedProxySampler(DistributedSampler(dataset, num_replicas=1, rank=0))
 
 

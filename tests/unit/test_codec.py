@@ -208,7 +208,9 @@ def test_canonical_op_aliases(given: str, expected: str) -> None:
 
 
 def test_canonical_op_unknown_name_lists_allowed_and_suggests() -> None:
-    with pytest.raises(ValueError, match=r"Unsupported reduction op 'SUMM'\. Supported: ") as info:
+    with pytest.raises(
+        ValueError, match=r"Unsupported reduction operation 'SUMM'\. Supported: "
+    ) as info:
         codec.canonical_op("SUMM", ALL_OPS, "serial")
     message = str(info.value)
     assert "SUM, PRODUCT, MIN, MAX, AND, OR, AVG." in message
@@ -222,7 +224,7 @@ def test_canonical_op_known_but_unsupported_names_the_model() -> None:
 
 
 def test_canonical_op_without_close_match_has_no_suggestion() -> None:
-    with pytest.raises(ValueError, match=r"Unsupported reduction op 'XYZZY'") as info:
+    with pytest.raises(ValueError, match=r"Unsupported reduction operation 'XYZZY'") as info:
         codec.canonical_op("XYZZY", ALL_OPS, "serial")
     assert "Did you mean" not in str(info.value)
 

@@ -293,7 +293,9 @@ def test_helpers_use_the_facade(model: RecordingModel) -> None:
         assert model.calls == [("barrier", (None, 9.0, "one_rank_first(rank=0)"), NO_OPTIONS)]
     assert len(model.calls) == 1
     on_eight = idist.one_rank_only(rank=8)(lambda: None)
-    with pytest.raises(ValueError, match=r"rank=8 is not a valid rank \(0\.\.7\)"):
+    with pytest.raises(
+        ValueError, match=r"rank should be between 0 and 7, but given 8: the world has 8 ranks\."
+    ):
         on_eight()
 
 
@@ -431,7 +433,12 @@ def test_parallel_spawn_rejects_unknown_kwargs_before_starting() -> None:
     [
         ({"nproc_per_node": 2}, r"Parallel\(backend=None\) runs serially"),
         ({"init_method": "tcp://h:1"}, r"Parallel\(backend=None\) runs serially"),
-        ({"master_port": 1234}, r"runs serially; .*master_port.* need a backend such as 'gloo'"),
+        (
+            {"master_port": 1234},
+            r"^If backend is None, argument 'master_port' should be also None, but given 1234: "
+            r"Parallel\(backend=None\) runs serially, and master_port needs a backend such as "
+            r"'gloo'\.$",
+        ),
         ({"backend": "gloo", "nnodes": 2}, r"^nnodes applies only when Parallel spawns"),
         (
             {"backend": "gloo", "node_rank": 1, "master_addr": "h"},

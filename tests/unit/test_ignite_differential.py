@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import socket
 import time
 import warnings
@@ -257,6 +258,89 @@ def test_fixed_cases_raise_ignites_type() -> None:
     for name, call in cases.items():
         kind, _ = same_exception_kind(call)
         assert kind == "raised", name
+
+
+#: pytorch-ignite's own ``pytest.raises(match=...)`` regexes (tests/ignite/distributed: test_auto,
+#: test_launcher, utils/__init__, utils/test_native, utils/test_horovod, utils/test_xla), with the
+#: call each checks in a world of one. A user's suite has the same checks: each regex must
+#: match ignite's message (the table is true to the installed ignite) and distbridge's. The
+#: checks that need several ranks are in tests/distributed/ignite_targets.py (``IGNITE_WORDS``).
+IGNITE_REGEXES: dict[str, tuple[Callable[[ModuleType], Any], str]] = {
+    "new_group(['a', 'b', 'c'])": (
+        lambda lib: lib.new_group(["a", "b", "c"]),
+        "Argument ranks should be list of int",
+    ),
+    "new_group(1)": (lambda lib: lib.new_group(1), "Argument ranks should be list of int"),
+    "one_rank_first(rank=100)": (
+        lambda lib: lib.one_rank_first(rank=100).__enter__(),
+        "rank should be between 0 and 0, but given 100",
+    ),
+    "Parallel(backend='abc')": (
+        lambda lib: lib.Parallel(backend="abc"),
+        r"Unknown backend 'abc'. Available backends:",
+    ),
+    "Parallel(nnodes=2)": (
+        lambda lib: lib.Parallel(nnodes=2),
+        r"If backend is None, argument 'nnodes' should be also None",
+    ),
+    "Parallel(nproc_per_node=-1)": (
+        lambda lib: lib.Parallel(backend="gloo", nproc_per_node=-1),
+        r"Argument nproc_per_node should positive",
+    ),
+    "Parallel(nnodes=-1)": (
+        lambda lib: lib.Parallel(backend="gloo", nproc_per_node=1, nnodes=-1),
+        r"Argument nnodes should positive",
+    ),
+    "Parallel(nnodes=2) without node_rank": (
+        lambda lib: lib.Parallel(backend="gloo", nproc_per_node=1, nnodes=2),
+        r"If number of nodes larger than one",
+    ),
+    "Parallel(node_rank=2) of 2 nodes": (
+        lambda lib: lib.Parallel(backend="gloo", nproc_per_node=1, nnodes=2, node_rank=2),
+        r"Argument node_rank should be between 0 and",
+    ),
+    "Parallel(nnodes=2) without master_addr": (
+        lambda lib: lib.Parallel(backend="gloo", nproc_per_node=1, nnodes=2, node_rank=1),
+        r"If number of nodes larger than one, arguments master_addr and master_port",
+    ),
+    "DistributedProxySampler(None)": (
+        lambda lib: lib.DistributedProxySampler(None),
+        r"Argument sampler should be instance of torch Sampler",
+    ),
+    "DistributedProxySampler(Sampler())": (
+        lambda lib: lib.DistributedProxySampler(Sampler()),
+        r"Argument sampler should have length",
+    ),
+    "DistributedProxySampler(DistributedSampler)": (
+        lambda lib: lib.DistributedProxySampler(
+            DistributedSampler(range(4), num_replicas=2, rank=0)
+        ),
+        r"Argument sampler must not be a distributed sampler already",
+    ),
+    "spawn('horovod') without Horovod": (
+        lambda lib: lib.spawn("horovod", print, args=(), nproc_per_node=1),
+        r"Backend should be one of",
+    ),
+    "spawn('xla-tpu') without torch_xla": (
+        lambda lib: lib.spawn("xla-tpu", print, args=(), nproc_per_node=1),
+        r"Backend should be one of",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(IGNITE_REGEXES))
+def test_messages_contain_ignites_words(case: str) -> None:
+    call, regex = IGNITE_REGEXES[case]
+    if case.startswith("spawn(") and case.split("'")[1] in idist.available_backends():
+        pytest.skip(f"{case.split('(')[1].split(')')[0]} is available here")
+    kind, theirs = outcome(call, ignite_dist)
+    assert kind == "raised" and re.search(regex, str(theirs)), (
+        f"the table is not ignite's: {regex!r} vs {theirs!r}"
+    )
+    kind, ours = outcome(call, idist)
+    assert kind == "raised" and isinstance(ours, type(theirs)), ours
+    assert re.search(regex, str(ours)), f"{regex!r} does not match distbridge's {ours}"
+    assert str(ours).endswith((".", "?")), ours  # a sentence, not ignite's fragment
 
 
 def test_differences_on_purpose_are_distbridges_behaviour() -> None:

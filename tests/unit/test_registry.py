@@ -274,7 +274,7 @@ def test_unknown_backend_suggests_the_closest() -> None:
         registry.for_backend("ncl")
     available = ", ".join(registry.available_backends())
     assert str(info.value) == (
-        f"Backend 'ncl' is not available. Available: {available}. Did you mean 'nccl'?"
+        f"Unknown backend 'ncl'. Available backends: {available}. Did you mean 'nccl'?"
     )
     assert isinstance(info.value, ValueError)
     assert isinstance(info.value, DistributedError)
@@ -282,7 +282,7 @@ def test_unknown_backend_suggests_the_closest() -> None:
 
 def test_unknown_backend_without_close_match() -> None:
     with pytest.raises(
-        BackendUnavailableError, match=r"^Backend 'zzzz' is not available\. "
+        BackendUnavailableError, match=r"^Unknown backend 'zzzz'\. Available backends: "
     ) as info:
         registry.for_backend("zzzz")
     assert "Did you mean" not in str(info.value)
@@ -296,14 +296,17 @@ def test_nccl_unavailable_on_a_cpu_machine_says_why() -> None:
         registry.for_backend("nccl")
     message = str(info.value)
     assert "no NCCL" in message or "CUDA" in message
-    assert message.endswith(f"Available: {', '.join(registry.available_backends())}.")
+    assert message.endswith(f"available backends: {', '.join(registry.available_backends())}.")
 
 
 @CPU_ONLY
 def test_mpi_unavailable_says_built_without_mpi() -> None:
     with pytest.raises(BackendUnavailableError, match=r"torch was built without MPI") as info:
         registry.for_backend("mpi")
-    assert str(info.value).endswith(f"Available: {', '.join(registry.available_backends())}.")
+    assert str(info.value).endswith(
+        f"Backend should be one of the available backends: "
+        f"{', '.join(registry.available_backends())}."
+    )
 
 
 def test_unavailable_fake_model_gives_the_default_reason(reg: Registry) -> None:
@@ -314,13 +317,14 @@ def test_unavailable_fake_model_gives_the_default_reason(reg: Registry) -> None:
     assert reg.available_backends() == ("herebk",)
     with pytest.raises(
         BackendUnavailableError,
-        match=r"^Backend 'gonebk' is not available: Gone is unavailable\. Available: herebk\.$",
+        match=r"^Backend 'gonebk' is not available: Gone is unavailable\. Backend should be one of "
+        r"the available backends: herebk\.$",
     ):
         reg.for_backend("gonebk")
 
 
 def test_no_backend_available_says_none(reg: Registry) -> None:
-    with pytest.raises(BackendUnavailableError, match=r"Available: none\.$"):
+    with pytest.raises(BackendUnavailableError, match=r"Available backends: none\.$"):
         reg.for_backend("gloo")
 
 
@@ -526,7 +530,7 @@ def test_disable_plugins_skips_them(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     fresh = _seeded()
     assert set(fresh.models()) == set(BUILTIN_MODELS)
     assert module not in sys.modules
-    with pytest.raises(BackendUnavailableError, match=r"Backend 'plugbk' is not available"):
+    with pytest.raises(BackendUnavailableError, match=r"Unknown backend 'plugbk'"):
         fresh.for_backend("plugbk")
 
 

@@ -75,7 +75,7 @@ def canonical_op(op: object, supported: frozenset[str], model_name: str) -> str:
         allowed = [o for o in CANONICAL_OPS if o in supported]
         where = "" if name not in CANONICAL_OPS else f" on the {model_name} model"
         raise ValueError(
-            f"Unsupported reduction op {op!r}{where}. Supported: {', '.join(allowed)}."
+            f"Unsupported reduction operation {op!r}{where}. Supported: {', '.join(allowed)}."
             + suggest(name, allowed)
         )
     return name

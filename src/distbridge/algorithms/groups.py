@@ -44,8 +44,8 @@ def not_a_group(group: object) -> GroupArgumentError:
     """The error every model raises for a ``group`` that is none of the accepted kinds (a
     ValueError as ignite's, and a TypeError)."""
     return GroupArgumentError(
-        "group must be None, a list of ranks or a group from distbridge.new_group(), "
-        f"got {group!r}."
+        "Argument group should be list of int or ProcessGroup (None, a list of ranks or a "
+        f"group from distbridge.new_group()), got {group!r}."
     )
 
 
@@ -141,13 +141,13 @@ class GroupCache:
 
     def _validate(self, ranks: object) -> tuple[int, ...]:
         if not isinstance(ranks, (list, tuple, range)):
-            raise GroupArgumentError(f"A group must be a list of int ranks, got {ranks!r}.")
+            raise GroupArgumentError(f"Argument ranks should be list of int, got {ranks!r}.")
         world = self._model.get_world_size()
         # A huge range (range(2**40)) is refused without a walk over all of it.
         bad = [] if isinstance(ranks, range) else [r for r in ranks if not _is_rank(r)]
         if bad:
             raise GroupArgumentError(
-                f"Group ranks must be ints, got {bad[0]!r} in {_shown(ranks)}."
+                f"Argument ranks should be list of int, got {bad[0]!r} in {_shown(ranks)}."
             )
         outside = list(itertools.islice((r for r in ranks if not 0 <= r < world), _SHOWN + 1))
         if outside:

@@ -76,8 +76,8 @@ def reduce(model: ModelContract, x: Any, dst: int, op: str, group: Any) -> Any:
         check_reducible(x, name, "reduce")
     elif codec.kind_of(x) not in codec.NUMBER_KINDS:
         raise TypeError(
-            f"reduce takes a tensor or a Python number (int, float, bool), "
-            f"got {type(x).__name__}: {x!r}."
+            f"Unhandled input type {type(x).__name__}: reduce takes a tensor or a Python "
+            f"number (int, float, bool), got {x!r}."
         )
     resolved = model.groups.resolve(group)
     model.check_root("dst", dst, resolved)

@@ -68,8 +68,8 @@ def _encode(value: Any) -> tuple[int, int, int, bytes]:
         payload = str(value).encode("utf-8")
         return kind, len(payload), 0, payload
     raise TypeError(
-        f"broadcast takes a tensor, a number, a str or a Path, got {type(value).__name__}: "
-        f"{value!r}. Send other picklable objects (dicts, lists, ...) with "
+        f"Unhandled input type {type(value).__name__}: broadcast takes a tensor, a number, a "
+        f"str or a Path, got {value!r}. Send other picklable objects (dicts, lists, ...) with "
         "broadcast_object(obj, src=...)."
     )
 
@@ -98,8 +98,12 @@ def broadcast_value(model: ModelContract, value: Any, src: int, group: Any) -> A
     if failure is not None:
         raise failure
     if kind == _SEND_FAILED:  # the source's own error type, so every rank raises alike
-        raise _failure_type(a)(
-            f"broadcast: the source rank {src} could not send its value (see its error)."
+        error = _failure_type(a)
+        raise error(
+            f"Unhandled input type on the source rank {src}: broadcast could not send its value "
+            "(see its error)."  # ignite's words, as ignite raises them on every rank
+            if error is TypeError
+            else f"broadcast: the source rank {src} could not send its value (see its error)."
         )
     if kind in codec.NUMBER_KINDS:
         return codec.decode_number(a, kind)

@@ -96,8 +96,8 @@ class ComputationModel(ModelSurface):
         kind = codec.kind_of(x)
         if kind not in codec.NUMBER_KINDS:
             raise TypeError(
-                f"all_reduce takes a tensor or a Python number (int, float, bool), "
-                f"got {type(x).__name__}: {x!r}."
+                f"Unhandled input type {type(x).__name__}: all_reduce takes a tensor or a "
+                f"Python number (int, float, bool), got {x!r}."
             )
         if kind == codec.KIND_FLOAT and name in ("AND", "OR"):
             raise TypeError(f"Reduction {name} needs an int or bool, got float {x!r}.")
@@ -153,9 +153,12 @@ class ComputationModel(ModelSurface):
             check_dense(x, "broadcast")
             return self.broadcast_tensor(x, src, resolved) if member else x
         if x is None and (is_src or not safe_mode):
-            where = "the source rank" if is_src else f"rank {self.get_rank()}"
-            hint = "" if is_src else " Pass safe_mode=True to let non-source ranks pass None."
-            error = ValueError(f"broadcast got None on {where} (src={src}).{hint}")
+            error = ValueError(
+                f"Source data can not be None: broadcast got None on the source rank (src={src})."
+                if is_src
+                else "Argument safe_mode should be True if None is passed for non src rank: "
+                f"broadcast got None on rank {self.get_rank()} (src={src})."
+            )
             if is_src and safe_mode:  # the others wait for a header: tell them, then raise
                 values.broadcast_failure(self, error, src, resolved)
             raise error
