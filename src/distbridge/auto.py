@@ -12,6 +12,7 @@ is ``from ignite.distributed.auto import auto_model`` with one import changed.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -33,6 +34,17 @@ from distbridge.errors import DistributedError
 __all__ = ["DistributedProxySampler", "auto_dataloader", "auto_model", "auto_optim"]
 
 _STRATEGIES = ("ddp", "fsdp")
+
+#: ignite's "ignite.distributed.auto.*" INFO lines, under distbridge's names. No handler is
+#: attached (ignite's setup_logger attaches one): configure logging to see them.
+_model_log = logging.getLogger("distbridge.auto.auto_model")
+_loader_log = logging.getLogger("distbridge.auto.auto_dataloader")
+
+
+def _info(log: logging.Logger, message: str) -> None:
+    """Log ``message`` at INFO on rank 0 only, as ignite does (its other ranks are silent)."""
+    if _api.get_rank() == 0:
+        log.info(message)
 
 
 def auto_model(
@@ -92,9 +104,16 @@ def auto_model(
     model_name, world = _api.model_name(), _api.get_world_size()
     if model_name == "native-dist" and world > 1:
         if sync_bn:
+            _info(_model_log, "Convert batch norm to sync batch norm")
             model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)  # type: ignore[no-untyped-call]
         if device.type == "cuda":
             kwargs.setdefault("device_ids", [device.index])
+            _info(
+                _model_log,
+                f"Apply torch DistributedDataParallel on model, device id: {device.index}",
+            )
+        else:
+            _info(_model_log, "Apply torch DistributedDataParallel on model")
         return torch.nn.parallel.DistributedDataParallel(model, **kwargs)
     if kwargs:
         raise TypeError(
@@ -104,8 +123,12 @@ def auto_model(
     if model_name == "horovod-dist":
         import horovod.torch as hvd
 
+        _info(
+            _model_log, "Broadcast the initial variable states from rank 0 to all other processes"
+        )
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     elif data_parallel and torch.cuda.device_count() > 1 and model_name == "serial":
+        _info(_model_log, "Apply torch DataParallel on model")
         return torch.nn.DataParallel(model)
     return model
 
@@ -227,7 +250,14 @@ def auto_dataloader(dataset: Dataset[Any], **kwargs: Any) -> DataLoader[Any] | A
                 UserWarning,
                 stacklevel=2,
             )
-        elif not isinstance(dataset, IterableDataset):
+        elif isinstance(dataset, IterableDataset):
+            _info(
+                _loader_log,
+                "Found iterable dataset, dataloader will be created without any distributed "
+                "sampling. Please, make sure that the dataset itself produces different data on "
+                "different ranks.",
+            )
+        else:
             sampler = kwargs.get("sampler")
             if isinstance(sampler, DistributedSampler):
                 _check_distributed_sampler(sampler, world, rank)
@@ -242,12 +272,16 @@ def auto_dataloader(dataset: Dataset[Any], **kwargs: Any) -> DataLoader[Any] | A
             elif not isinstance(sampler, DistributedSampler):
                 kwargs["sampler"] = DistributedProxySampler(sampler, num_replicas=world, rank=rank)
             kwargs.pop("shuffle", None)
-    if _api.device().type == "cuda":
-        kwargs.setdefault("pin_memory", True)
+    kwargs.setdefault("pin_memory", _api.device().type == "cuda")  # False: DataLoader's default
+    _info(
+        _loader_log,
+        f"Use data loader kwargs for dataset '{repr(dataset)[:20].strip()}': \n\t{kwargs}",
+    )
     loader: DataLoader[Any] = DataLoader(dataset, **kwargs)
     if _api.model_name() == "xla-dist":  # batches go to the XLA device, as the model does
         import torch_xla.distributed.parallel_loader as pl
 
+        _info(_loader_log, "DataLoader is wrapped by `MpDeviceLoader` on XLA")
         return pl.MpDeviceLoader(loader, _api.device())
     return loader
 

@@ -6,6 +6,7 @@ ignite's import path for it, ``ignite.distributed.launcher``, is mirrored by
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from types import TracebackType
@@ -15,6 +16,16 @@ from distbridge import _api, environments
 from distbridge.errors import ArgumentTypeError
 
 __all__ = ["Parallel"]
+
+#: ignite's "ignite.distributed.launcher.Parallel" lines, under distbridge's name. No handler is
+#: attached (ignite's setup_logger attaches one): configure logging to see them.
+_log = logging.getLogger("distbridge.parallel.Parallel")
+
+
+def _info(message: str) -> None:
+    """Log ``message`` at INFO on rank 0 only, as ignite does (its other ranks are silent)."""
+    if _api.get_rank() == 0:
+        _log.info(message)
 
 
 class Parallel:
@@ -114,15 +125,25 @@ class Parallel:
             this process's return value.
         """
         if self._spawn_params is not None and self.backend is not None:
-            return _api.spawn(
+            _info(f"Spawn function '{func}' in {self._spawn_params['nproc_per_node']} processes")
+            result = _api.spawn(
                 self.backend, func, args=args, kwargs_dict=kwargs, **self._spawn_params
             )
-        return func(_api.get_local_rank(), *args, **kwargs)
+        else:
+            _info(f"- Run '{func}' in {_api.get_world_size()} processes")
+            result = func(_api.get_local_rank(), *args, **kwargs)
+        _info("End of run")
+        return result
 
     def __enter__(self) -> Parallel:
         if self.backend is not None and self._spawn_params is None:
             _api.initialize(self.backend, **self._init_kwargs)
             self._initialized_here = True
+            _info(f"Initialized processing group with backend: '{self.backend}'")
+        elif self.backend is not None and self._spawn_params is not None:
+            _info(f"Initialized distributed launcher with backend: '{self.backend}'")
+            given = "\n\t".join(f"{k}: {v}" for k, v in self._spawn_params.items() if v is not None)
+            _info(f"- Parameters to spawn processes: \n\t{given}")
         return self
 
     def __exit__(
@@ -133,6 +154,7 @@ class Parallel:
     ) -> None:
         if self._initialized_here:
             self._initialized_here = False
+            _info(f"Finalized processing group with backend: '{self.backend}'")
             _api.finalize()
 
 

@@ -16,6 +16,7 @@ The 2-rank half is ``tests/distributed/test_ignite_differential_gloo.py``.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import re
 import socket
@@ -556,3 +557,83 @@ def test_tcp_init_method_works_for_a_world_of_one() -> None:
         assert idist.all_reduce(5) == 5 and idist.get_world_size() == 1
     finally:
         idist.finalize()
+
+
+# ---- (d) ignite's INFO lines (issue 38, item 4) ---------------------------------------------
+
+#: ignite's loggers and distbridge's for the same lines. ignite's setup_logger attaches a
+#: handler and stops propagation; distbridge's propagate (a user's logging config shows them).
+LOGGERS = {
+    "ignite.distributed.launcher.Parallel": "distbridge.parallel.Parallel",
+    "ignite.distributed.auto.auto_dataloader": "distbridge.auto.auto_dataloader",
+    "ignite.distributed.auto.auto_model": "distbridge.auto.auto_model",
+}
+
+
+def _job(local_rank: int, total: list[int]) -> None:
+    total.append(local_rank)
+
+
+def _logged(
+    call: Callable[[ModuleType], Any], lib: ModuleType, caplog: pytest.LogCaptureFixture
+) -> list[tuple[str, int, str]]:
+    """(logger, level, message) of what ``call`` logged, ignite's logger names mapped to
+    distbridge's. distbridge's records are taken as a user's root handler gets them."""
+    caplog.clear()
+    attached = []
+    if lib is ignite_dist:  # its loggers do not propagate: listen on each, once
+        for name in LOGGERS:
+            logger = logging.getLogger(name)
+            attached.append((logger, logger.level, logger.propagate))
+            logger.addHandler(caplog.handler)
+            logger.propagate = False
+    try:
+        with caplog.at_level(logging.INFO):
+            call(lib)
+    finally:
+        for logger, level, propagate in attached:
+            logger.removeHandler(caplog.handler)
+            logger.setLevel(level)
+            logger.propagate = propagate
+    return [
+        (LOGGERS.get(r.name, r.name), r.levelno, r.getMessage())
+        for r in caplog.records
+        if r.name.startswith(("ignite.distributed", "distbridge."))
+    ]
+
+
+def _parallel(backend: str | None) -> Callable[[ModuleType], Any]:
+    def run(lib: ModuleType) -> None:
+        with lib.Parallel(backend=backend) as parallel:
+            parallel.run(_job, [])
+
+    return run
+
+
+LOGGED_CALLS: dict[str, Callable[[ModuleType], Any]] = {
+    "Parallel(backend=None).run": _parallel(None),
+    "Parallel(backend='gloo').run, a world of one": _parallel("gloo"),
+    "auto_dataloader(list, batch_size=4)": (
+        lambda lib: lib.auto_dataloader(list(range(6)), batch_size=4)
+    ),
+    "auto_dataloader(tensor, shuffle=True)": (
+        lambda lib: lib.auto_dataloader(torch.arange(5), batch_size=2, shuffle=True)
+    ),
+    "auto_model(Linear)": lambda lib: lib.auto_model(torch.nn.Linear(2, 1)),
+}
+
+
+@pytest.mark.parametrize("case", list(LOGGED_CALLS))
+def test_info_lines_are_ignites(
+    case: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same INFO lines, at the same level, as ignite's, under distbridge's logger names,
+    reaching a root handler (``logging.basicConfig(level=INFO)`` shows them)."""
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))  # ignite's gloo world of one opens it
+    theirs = _logged(LOGGED_CALLS[case], ignite_dist, caplog)
+    ours = _logged(LOGGED_CALLS[case], idist, caplog)
+    assert ours == theirs
+    if case.startswith("Parallel"):
+        assert ours[-1][2] == "End of run" or "Finalized" in ours[-1][2]
+    if case.startswith("auto_dataloader"):
+        assert "Use data loader kwargs for dataset" in ours[0][2]
