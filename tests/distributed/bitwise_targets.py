@@ -57,21 +57,12 @@ def draw_bitwise_cases(world: int, per_func: int) -> list[tc.TensorCase]:
     return cases
 
 
-def _group(case: tc.TensorCase) -> Any:
-    """The ``group=`` argument, as the harness passes it (``new_group`` on every rank)."""
-    if case.group is None:
-        return None
-    if case.group_form == "new_group":
-        return idist.new_group(list(case.group))
-    return list(case.group) if case.group_form == "list" else tuple(case.group)
-
-
 def _against_all_reduce(case: tc.TensorCase, device: torch.device | None) -> list[str]:
     """reduce's result on ``dst`` (reduce_scatter's chunk on every member) against the same
     chunk of all_reduce's result on the same inputs, and all_reduce's against the exact one."""
     rank, world = idist.get_rank(), idist.get_world_size()
     members = case.members(world)
-    group = _group(case)
+    group = targets.group_argument(case)
     inputs = ti.build_inputs(case, world)
     mine = inputs[rank][0].to(device) if device is not None else inputs[rank][0]
     all_reduced = idist.all_reduce(mine.clone(), op=case.spelling, group=group)

@@ -40,7 +40,7 @@ Mismatch = tuple[str, str, str]  # (case label, expected, got)
 # ---- one case ----------------------------------------------------------------------------------
 
 
-def _group(case: tc.Case) -> Any:
+def group_argument(case: tc.Case) -> Any:
     """The ``group=`` argument; ``new_group`` runs on every rank, as it must."""
     if case.group is None:
         return None
@@ -155,7 +155,7 @@ def _run_tensor_case(
     case: tc.TensorCase, device: torch.device | None, compare_torch: bool
 ) -> tuple[list[str], set[str]]:
     rank, world = idist.get_rank(), idist.get_world_size()
-    group = _group(case)
+    group = group_argument(case)
     inputs = ti.build_inputs(case, world)
     problems: list[str] = []
     tags: set[str] = set()
@@ -204,7 +204,7 @@ def _number_tags(case: tc.NumberCase, rank: int, world: int) -> set[str]:
 
 def _run_number_case(case: tc.NumberCase) -> tuple[list[str], set[str]]:
     rank, world = idist.get_rank(), idist.get_world_size()
-    group = _group(case)
+    group = group_argument(case)
     value = case.values[rank]
     try:
         if case.func == "all_reduce":

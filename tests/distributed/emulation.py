@@ -6,7 +6,7 @@ NCCL's rule (no bitwise ops: AND / OR folded from an all-gather) on any backend.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from distbridge import _state
@@ -26,16 +26,21 @@ class _EmulatingNativeModel(NativeModel):
 
 
 @contextmanager
-def emulating() -> Iterator[None]:
-    """Within the block, the live native context runs through the emulations."""
+def _installed(kind: type[NativeModel], what: str) -> Iterator[None]:
+    """Within the block, the live native context is adopted as ``kind``."""
     native = _state.current()
-    emulated = _EmulatingNativeModel.from_context()
-    assert emulated is not None, "the emulations run on the native model only"
-    _state.install(emulated)
+    model = kind.from_context()
+    assert model is not None, f"{what} applies to the native model only"
+    _state.install(model)
     try:
         yield
     finally:
         _state.install(native)
+
+
+def emulating() -> AbstractContextManager[None]:
+    """Within the block, the live native context runs through the emulations."""
+    return _installed(_EmulatingNativeModel, "the emulations")
 
 
 class _NcclRuleNativeModel(NativeModel):
@@ -44,16 +49,8 @@ class _NcclRuleNativeModel(NativeModel):
         self._torch_op = ops.torch_ops("nccl")  # c10d_rules.backend_op for "nccl"
 
 
-@contextmanager
-def as_on_nccl() -> Iterator[None]:
+def as_on_nccl() -> AbstractContextManager[None]:
     """Within the block, the live native context picks its ReduceOps by NCCL's rule
     (``c10d_rules.backend_op``): its all_reduce, reduce and reduce_scatter fold AND / OR from
     an all-gather, as on NCCL, whatever the backend (gloo ranks on a CPU take NCCL's route)."""
-    native = _state.current()
-    as_nccl = _NcclRuleNativeModel.from_context()
-    assert as_nccl is not None, "NCCL's rule applies to the native model only"
-    _state.install(as_nccl)
-    try:
-        yield
-    finally:
-        _state.install(native)
+    return _installed(_NcclRuleNativeModel, "NCCL's rule")
