@@ -157,7 +157,8 @@ class ComputationModel(ModelSurface):
                 f"Source data can not be None: broadcast got None on the source rank (src={src})."
                 if is_src
                 else "Argument safe_mode should be True if None is passed for non src rank: "
-                f"broadcast got None on rank {self.get_rank()} (src={src})."
+                f"broadcast got None on rank {self.get_rank()} (src={src}). Pass "
+                "safe_mode=True to let non-source ranks pass None."
             )
             if is_src and safe_mode:  # the others wait for a header: tell them, then raise
                 values.broadcast_failure(self, error, src, resolved)
