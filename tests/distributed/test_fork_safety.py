@@ -104,10 +104,11 @@ def test_fork_after_cuda_was_initialized_is_refused_before_any_process_starts(
             with idist.Parallel(backend="gloo", nproc_per_node=2, start_method="fork") as p:
                 p.run(_work)
 
+    before = set(multiprocessing.active_children())  # e.g. the warm worlds of other tests
     with pytest.raises(ValueError, match=r"start_method='fork'.*initialized CUDA") as caught:
         start()
     assert "start_method='forkserver'" in str(caught.value)
-    assert multiprocessing.active_children() == []
+    assert set(multiprocessing.active_children()) <= before  # no worker was started
 
 
 def test_the_warm_starter_runs_after_cuda_was_initialized(monkeypatch: pytest.MonkeyPatch) -> None:
