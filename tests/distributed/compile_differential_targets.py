@@ -147,7 +147,7 @@ def _run_one(
 ) -> str:
     """Run ``case`` eagerly and compiled with ``backend`` on this rank; '' when they agree."""
     rank, world = idist.get_rank(), idist.get_world_size()
-    group = eager_targets._group(case)  # new_group runs on every rank, outside the region
+    group = eager_targets.group_argument(case)  # new_group runs on every rank, outside the region
     inputs = ti.build_inputs(case, world)
 
     def call(first: Any, passed: list[Any], group: Any) -> Any:
