@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import faulthandler
 import multiprocessing
 import os
@@ -38,13 +37,17 @@ from distbridge.launch._main_module import check_main_module
 from distbridge.launch._output import OutputPlan, OutputRelay, redirect_output
 from distbridge.launch._signals import SignalWatch
 from distbridge.launch._worker_reports import SHORT_REPR, Report, Worker, death, failure
-from distbridge.launch.warm_start import fresh_worker_state, warm_context
+from distbridge.launch.warm_start import (
+    check_fork_is_safe,
+    die_with_parent,
+    fresh_worker_state,
+    warm_context,
+)
 
 __all__ = [
     "PEER_WINDOW_SECONDS",
     "START_METHODS",
     "VERDICT_SECONDS",
-    "die_with_parent",
     "run_workers",
 ]
 
@@ -57,7 +60,6 @@ PEER_WINDOW_SECONDS = 3.0
 #: How long workers get to answer for the hang verdict on a job timeout.
 VERDICT_SECONDS = 2.0
 
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _TICK_SECONDS = 1.0  # longest wait between checks, so a missed wake-up costs at most this
 _STACK_DUMP_SECONDS = 1.0  # time given to workers to print their stacks on a timeout
 _EXIT_SLACK_SECONDS = 1.0  # how much longer the parent waits than a worker's own exit watchdog
@@ -189,33 +191,14 @@ def _validate(
             f"Unknown start_method {start_method!r}. Allowed: {allowed}."
             + suggest(str(start_method), START_METHODS)
         )
-    initialized = _initialized_accelerator() if start_method == "fork" else None
-    if initialized is not None:
-        raise ValueError(
-            f"start_method='fork' cannot start workers here: this process has initialized "
-            f"{initialized.upper()}, and a forked child cannot use it (torch: 'Cannot "
-            f"re-initialize {initialized.upper()} in forked subprocess'). Use "
-            "start_method='forkserver' (the default: workers fork from a server that never "
-            "touched the accelerator) or 'spawn', or start the job before the first "
-            f"{initialized.upper()} call."
-        )
+    if start_method == "fork":
+        check_fork_is_safe()
     if job_timeout is not None and not job_timeout > 0:
         raise ValueError(
             f"job_timeout must be a number of seconds > 0 or None, got {job_timeout!r}."
         )
     if not grace >= 0:
         raise ValueError(f"grace_seconds must be a number of seconds >= 0, got {grace!r}.")
-
-
-def _initialized_accelerator() -> str | None:
-    """The accelerator ("cuda", "xpu") this process has initialized, from torch's own flags
-    (no driver query); None when none is, or torch is not imported."""
-    torch = sys.modules.get("torch")
-    for kind in ("cuda", "xpu"):
-        is_initialized = getattr(getattr(torch, kind, None), "is_initialized", None)
-        if is_initialized is not None and is_initialized():
-            return kind
-    return None
 
 
 def _worker_main(
@@ -269,16 +252,6 @@ def _error_report(exc: BaseException) -> Report:
     except Exception:
         message = "<str() of the exception failed>"
     return ("error", traceback.format_exc(), type(exc).__name__, message)
-
-
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when the thread that started it dies (the caller's
-    thread, or the warm starter's server, which itself ends with the caller)."""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 @dataclass

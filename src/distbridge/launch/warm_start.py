@@ -17,15 +17,25 @@ caller holds), and every worker dies with the server (``PR_SET_PDEATHSIG``).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from multiprocessing import forkserver
 from multiprocessing.context import ForkServerContext
 from typing import Any
 
-__all__ = ["PRELOAD", "fresh_worker_state", "warm_context"]
+__all__ = [
+    "PRELOAD",
+    "check_fork_is_safe",
+    "die_with_parent",
+    "fresh_worker_state",
+    "warm_context",
+]
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 #: What the server imports once, before it forks any worker.
 PRELOAD = (
@@ -68,3 +78,39 @@ def fresh_worker_state(environ: Mapping[str, str]) -> None:
     if torch is not None:  # and torch's CPU generator (CUDA's start unseeded until first use)
         torch.default_generator.seed()
     # Python's `random` reseeds itself after every fork.
+
+
+def check_fork_is_safe() -> None:
+    """ValueError where ``start_method="fork"`` would start workers that cannot use the
+    accelerator: this process has initialized CUDA (or XPU); the warm starter has not."""
+    initialized = _initialized_accelerator()
+    if initialized is not None:
+        raise ValueError(
+            f"start_method='fork' cannot start workers here: this process has initialized "
+            f"{initialized.upper()}, and a forked child cannot use it (torch: 'Cannot "
+            f"re-initialize {initialized.upper()} in forked subprocess'). Use "
+            "start_method='forkserver' (the default: workers fork from a server that never "
+            "touched the accelerator) or 'spawn', or start the job before the first "
+            f"{initialized.upper()} call."
+        )
+
+
+def _initialized_accelerator() -> str | None:
+    """The accelerator ("cuda", "xpu") this process has initialized, from torch's own flags
+    (no driver query); None when none is, or torch is not imported."""
+    torch = sys.modules.get("torch")
+    for kind in ("cuda", "xpu"):
+        is_initialized = getattr(getattr(torch, kind, None), "is_initialized", None)
+        if is_initialized is not None and is_initialized():
+            return kind
+    return None
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when the thread that started it dies (the caller's
+    thread, or the warm starter's server, which itself ends with the caller)."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

@@ -32,7 +32,8 @@ from distbridge.errors import WorkerFailedError
 from distbridge.launch._joinable import Activate, MakeModel
 from distbridge.launch._worker_reports import sentence
 from distbridge.launch.pickling import check_picklable
-from distbridge.launch.supervisor import START_METHODS, die_with_parent, run_workers
+from distbridge.launch.supervisor import START_METHODS, run_workers
+from distbridge.launch.warm_start import die_with_parent
 
 __all__ = ["spawn_xla"]
 

@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 from distbridge import _state
 from distbridge._registry import registry
 from distbridge.errors import PeerFailed
-from distbridge.launch.supervisor import die_with_parent
+from distbridge.launch.warm_start import die_with_parent
 from distbridge.models.base import ComputationModel
 from distbridge.reliability.fail_together import Abortable, record_failure, summarize
 from distbridge.testing._protocol import Outcome, Setup, Task
