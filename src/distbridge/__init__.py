@@ -85,6 +85,7 @@ from distbridge.objects import (
     shared_random_seed,
 )
 from distbridge.parallel import Parallel
+from distbridge.preemption import StopGuard, resume
 
 __version__ = "0.1.0"
 
@@ -110,6 +111,7 @@ __all__ = [
     "PeerFailed",
     "Serializer",
     "SpawnTimeoutError",
+    "StopGuard",
     "WorkerFailedError",
     "__version__",
     "all_gather",
@@ -163,6 +165,7 @@ __all__ = [
     "reduce_scatter",
     "registered_computation_models",
     "registry",
+    "resume",
     "save_checkpoint",
     "scatter",
     "scatter_object",

@@ -33,7 +33,7 @@ from distbridge.environments.base import (
     read_int,
 )
 
-__all__ = ["LAUNCHER", "detect", "job_key", "tasks_per_node"]
+__all__ = ["LAUNCHER", "detect", "job_key", "requeue_job_id", "tasks_per_node"]
 
 LAUNCHER = "slurm"
 _REPEATED = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
@@ -110,6 +110,15 @@ def tasks_per_node(value: str) -> list[int]:
 def job_key(job_id: str, step_id: int) -> str:
     """The key MASTER_PORT is derived from: ``slurm:<job id>.<step id>``."""
     return f"{LAUNCHER}:{job_id}.{step_id}"
+
+
+def requeue_job_id(env: Mapping[str, str]) -> str | None:
+    """The id ``scontrol requeue`` takes for this job: ``<array job>_<task>`` in a job array,
+    else SLURM_JOB_ID; None outside SLURM."""
+    array, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    if array and task:
+        return f"{array}_{task}"
+    return _first(env, "SLURM_JOB_ID", "SLURM_JOBID") or None
 
 
 def _local_world_size(
