@@ -83,8 +83,22 @@ def test_a_handler_of_the_user_is_left_alone(
     signal.signal(signal.SIGTERM, mine)
     watch_signals(_TwoRanks(current().ledger))
     assert signal.getsignal(signal.SIGTERM) is mine
-    assert signal.getsignal(DUMP_SIGNAL) is signal.SIG_DFL  # not opted in: no dump handler
-    assert hang_signals._installed == []
+    assert list(hang_signals._installed[0].saved) == [DUMP_SIGNAL]  # the report signal only
+
+
+def test_a_report_signal_handler_of_the_user_is_called_after_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restored: None
+) -> None:
+    monkeypatch.setenv("DISTBRIDGE_HANG_DIR", str(tmp_path))
+    calls: list[int] = []
+    signal.signal(DUMP_SIGNAL, lambda signum, frame: calls.append(signum))
+    watch_signals(_TwoRanks(current().ledger))
+    os.kill(os.getpid(), DUMP_SIGNAL)
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "rank0.json").exists() or not calls:
+        assert time.monotonic() < deadline, f"report or chained call missing: {calls}"
+        time.sleep(0.01)
+    assert calls == [DUMP_SIGNAL]
 
 
 def test_trouble_is_a_collective_not_returned_or_raised() -> None:

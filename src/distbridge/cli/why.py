@@ -4,7 +4,8 @@
 (also after the job is gone); ``why --store HOST:PORT`` asks a running job through its
 store (its MASTER_ADDR and MASTER_PORT): every rank answers with its ledger and where it is;
 ``why --pid PID`` finds that address on the job card of a rank (or of a rank below the
-process, such as ``spawn``'s parent or torchrun's agent) and asks the same way.
+process, such as ``spawn``'s parent or torchrun's agent) and asks the same way. Every form
+first removes the job cards of processes that are gone (a job whose parent was killed).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from distbridge.reliability.hang_collect import ask_job, read_dump_dir
-from distbridge.reliability.job_cards import find_card
+from distbridge.reliability.job_cards import find_card, prune_cards
 from distbridge.reliability.verdict import verdict
 
 __all__ = ["main"]
@@ -20,6 +21,7 @@ __all__ = ["main"]
 
 def main(directory: str | None, store: str | None, wait: float, pid: int | None = None) -> int:
     """Print the verdict; 0 when it could be made, 1 when there was nothing to read."""
+    prune_cards()
     try:
         if pid is not None:
             store = find_card(pid).store

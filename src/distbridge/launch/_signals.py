@@ -1,36 +1,54 @@
-"""Turning the parent's SIGINT and SIGTERM into something a supervisor loop can wait on."""
+"""The parent's signals while it supervises workers: SIGINT and SIGTERM become something a
+supervisor loop can wait on; SIGUSR2, the report signal, is passed on to the workers.
+
+On SIGUSR2 the parent sends it to each worker still running (each writes its hang report and
+goes on, see `distbridge.reliability.hang_signals`), says on stderr where the reports are,
+and goes on. The job cards of the workers go with the watch (a worker that was killed left
+its card), and so do those of processes that are gone (a parent killed by SIGKILL).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import sys
 import threading
+from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-__all__ = ["SignalWatch"]
+from distbridge.launch._worker_reports import Worker
+from distbridge.reliability.hang_signals import DUMP_SIGNAL, report_dir
+from distbridge.reliability.job_cards import prune_cards, remove_cards
+
+__all__ = ["SignalWatch", "forward_report_signal"]
 
 
 class SignalWatch:
-    """Turn SIGINT/SIGTERM into a readable file descriptor while workers are supervised.
+    """Turn SIGINT/SIGTERM into a readable file descriptor while workers are supervised, and
+    pass SIGUSR2 on to ``workers`` (a list filled as they start), whose reports go to
+    `reports` (`report_dir` of this process).
 
     Handlers are installed only in the main thread (Python allows no other), and the
     previous ones are restored on exit. A signal that was ignored stays ignored.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, workers: Sequence[Worker] | None = None) -> None:
         self.received: int | None = None
+        self.workers: Sequence[Worker] = [] if workers is None else workers
+        self.reports = "" if workers is None else report_dir(os.getpid())
         self._previous: dict[signal.Signals, Any] = {}
         self.fd, self._write_fd = os.pipe()
         os.set_blocking(self.fd, False)
         os.set_blocking(self._write_fd, False)
 
     def __enter__(self) -> SignalWatch:
+        prune_cards()
         if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
+            for signum in (signal.SIGINT, signal.SIGTERM, DUMP_SIGNAL):
                 previous = signal.getsignal(signum)
-                if previous is not signal.SIG_IGN:
+                if previous is not signal.SIG_IGN and (signum != DUMP_SIGNAL or self.reports):
                     self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
@@ -39,8 +57,17 @@ class SignalWatch:
             signal.signal(signum, signal.SIG_DFL if previous is None else previous)
         os.close(self.fd)
         os.close(self._write_fd)
+        remove_cards(w.process.pid for w in self.workers if w.process.pid is not None)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if signum == DUMP_SIGNAL:
+            running = [w for w in self.workers if w.process.exitcode is None]
+            pids = {w.rank: w.process.pid for w in running if w.process.pid is not None}
+            forward_report_signal(pids, self.reports)
+            previous = self._previous.get(DUMP_SIGNAL)
+            if callable(previous):  # another feature's handler: chained
+                previous(signum, frame)
+            return
         if self.received is None:
             self.received = signum
         with contextlib.suppress(OSError):
@@ -55,3 +82,22 @@ class SignalWatch:
             raise KeyboardInterrupt
         if self.received is not None:
             raise SystemExit(128 + self.received)
+
+
+def forward_report_signal(pids: dict[int, int], reports: str) -> None:
+    """Send SIGUSR2 to the ranks' processes (``{rank: pid}``), and say where they write."""
+    asked = []
+    for rank, pid in sorted(pids.items()):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, DUMP_SIGNAL)
+            asked.append(str(rank))
+    line = (
+        f"distbridge: got SIGUSR2, passed on to ranks {', '.join(asked) or '(none running)'}: "
+        f"each writes its hang report to {reports} and goes on; the verdict: python -m "
+        f"distbridge why {reports}\n"
+    )
+    try:
+        print(line, end="", file=sys.stderr, flush=True)
+    except (RuntimeError, OSError, ValueError):  # stderr busy in this very thread: raw write
+        with contextlib.suppress(OSError):
+            os.write(2, line.encode())

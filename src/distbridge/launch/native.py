@@ -31,6 +31,7 @@ from distbridge.launch.pickling import check_picklable
 from distbridge.launch.supervisor import PEER_WINDOW_SECONDS, START_METHODS, run_workers
 from distbridge.reliability.fail_together import record_failure
 from distbridge.reliability.hang_collect import collect
+from distbridge.reliability.hang_signals import report_on_signal
 from distbridge.reliability.verdict import verdict
 
 __all__ = ["spawn_native"]
@@ -59,6 +60,7 @@ class _NativeWorker:
         if "init_method" in init_kwargs:
             init_kwargs.update(rank=rank, world_size=int(self.env["WORLD_SIZE"]))
         model = self.make_model(self.backend, **init_kwargs)
+        report_on_signal(model)  # SIGUSR2 reports this model's ledger
         with self.activate(model):
             try:
                 return self.fn(local_rank, *self.args, **self.kwargs)

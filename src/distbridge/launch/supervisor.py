@@ -43,6 +43,7 @@ from distbridge.launch.warm_start import (
     fresh_worker_state,
     warm_context,
 )
+from distbridge.reliability.hang_signals import answer_report_signal
 
 __all__ = [
     "PEER_WINDOW_SECONDS",
@@ -138,7 +139,7 @@ def run_workers(
     workers: list[Worker] = []
     results: list[Any] | None = None
     relay = OutputRelay(output or OutputPlan())
-    with SignalWatch() as signals:
+    with SignalWatch(workers) as signals:
         try:
             for index in range(nprocs):
                 receiver, sender = context.Pipe(duplex=False)
@@ -147,7 +148,7 @@ def run_workers(
                     streams = {**_current_streams(), **streams}
                 process = context.Process(
                     target=_worker_main,
-                    args=(target, index, sender, exit_seconds, streams, environ),
+                    args=(target, index, sender, exit_seconds, streams, environ, signals.reports),
                     name=f"distbridge-worker-{rank_offset + index}",
                 )
                 workers.append(Worker(index, rank_offset + index, process, receiver))
@@ -208,11 +209,14 @@ def _worker_main(
     exit_seconds: float,
     streams: dict[int, Connection] | None = None,
     environ: dict[str, str] | None = None,
+    reports: str = "",
 ) -> None:
     """Entry point of every child: set up, run ``target(index)``, send one report, and make
     sure the process ends within ``exit_seconds`` even if an ``atexit`` handler hangs.
     ``streams``: pipes to the parent's output relay, by file descriptor (1, 2); ``environ``:
-    the parent's environment variables, for a child forked from the warm starter."""
+    the parent's environment variables, for a child forked from the warm starter; SIGUSR2
+    writes this worker's report to folder ``reports`` (see `hang_signals`)."""
+    answer_report_signal(index, reports)  # first thing: SIGUSR2 must not end the worker
     die_with_parent()
     if environ is not None:  # forked from the warm starter
         fresh_worker_state(environ)

@@ -11,7 +11,8 @@ Nothing of one job reaches the next: each worker is a new fork of the untouched 
 `fresh_worker_state` gives it the caller's environment variables as they are when the job
 starts (the server's copy dates from its own start) and new random seeds where a fork would
 share them. The server ends when the calling process ends (it reads EOF on a pipe that only the
-caller holds), and every worker dies with the server (``PR_SET_PDEATHSIG``).
+caller holds), and every worker dies with the server (``PR_SET_PDEATHSIG``); SIGUSR2, the
+report signal, leaves it running (`distbridge.launch._warm_server`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ PRELOAD = (
     "distbridge",
     "distbridge.launch.supervisor",
     "distbridge.models.native.model",
+    "distbridge.launch._warm_server",  # SIGUSR2 leaves the server running
 )
 
 

@@ -8,12 +8,18 @@ Installed by ``initialize`` in a job of more than one rank (`watch_signals`), un
   last one raised, it writes the hang verdict from every rank's ledger to stderr first, then
   ends as SIGTERM would have ended it. Installed only where SIGTERM still has its default
   action (a handler of the user's or the launcher's is left alone).
-- **SIGUSR2**, with ``DISTBRIDGE_HANG_DIR`` set (the opt-in): this rank writes its report
-  (its ledger, where its main thread is with the stack, its engine's record where it has one)
-  to ``<dir>/rank<r>.json`` and goes on; ``python -m distbridge why DIR`` gives the verdict.
-  Not SIGUSR1: the warm worlds register faulthandler's stack dump on it, and a C-level
-  registration cannot be seen from Python, so the two would replace each other. Installed
-  only where SIGUSR2 has its default action.
+- **SIGUSR2**, the report signal: this rank writes its report (its ledger, where its main
+  thread is with the stack, its engine's record where it has one) to ``<dir>/rank<r>.json``,
+  says so on stderr, and goes on; ``python -m distbridge why DIR`` gives the verdict. The
+  folder is ``DISTBRIDGE_HANG_DIR``, else `report_dir` of the process that started the
+  ranks. Installed where SIGUSR2 has its default action or a Python handler (which is then
+  called after the report: a stop request of the user's, say), never over SIG_IGN. Not
+  SIGUSR1: the warm worlds register faulthandler's stack dump on it, and a C-level
+  registration cannot be seen from Python, so the two would replace each other.
+
+The processes distbridge starts (``spawn``'s workers, the warm worlds' ranks, Horovod's and
+XLA's workers) answer SIGUSR2 from their start to their end (`answer_report_signal`), and
+report the ledger of the model they join (`report_on_signal`).
 
 A collective that hangs holds the main thread inside a C call, where Python runs no signal
 handler. So the C-level handler's wake-up byte (`signal.set_wakeup_fd`) wakes a thread of
@@ -39,9 +45,18 @@ from typing import Any, Final
 
 from distbridge.reliability.engine_trace import EngineTrace
 from distbridge.reliability.hang_report import DIR_ENV_VAR, report, write_report
+from distbridge.reliability.job_cards import card_dir
 from distbridge.reliability.ledger import CollectiveLedger
 
-__all__ = ["DUMP_SIGNAL", "TERMINATION_WAIT_SECONDS", "unwatch_signals", "watch_signals"]
+__all__ = [
+    "DUMP_SIGNAL",
+    "TERMINATION_WAIT_SECONDS",
+    "answer_report_signal",
+    "report_dir",
+    "report_on_signal",
+    "unwatch_signals",
+    "watch_signals",
+]
 
 DUMP_SIGNAL: Final = signal.SIGUSR2
 #: how long a rank that got SIGTERM waits for the other ranks' answers (launchers wait
@@ -58,15 +73,18 @@ class _Watch:
         self,
         rank: int,
         ledger: CollectiveLedger,
-        explain: Callable[[float], str | None],
+        explain: Callable[[float], str | None] | None,
         signals: list[signal.Signals],
         engine: EngineTrace | None = None,
+        dump_dir: str | None = None,
+        for_life: bool = False,
     ) -> None:
         self.rank = rank
         self.ledger = ledger
         self.engine = engine
         self.explain = explain
-        self.dump_dir = os.environ.get(DIR_ENV_VAR) or None
+        self.dump_dir = os.environ.get(DIR_ENV_VAR) or dump_dir or report_dir(os.getppid())
+        self.for_life = for_life  # a launcher's: finalize leaves it
         self.ending = threading.Lock()  # the first to take it handles SIGTERM
         self.explained = threading.Event()  # set once it did
         self.saved = {signum: signal.getsignal(signum) for signum in signals}
@@ -108,13 +126,29 @@ class _Watch:
     def in_main_thread(self, signum: int, frame: FrameType | None) -> None:
         """The Python-level handler: where the thread was not woken (or was slower)."""
         if signum == DUMP_SIGNAL:
-            if self.old_wakeup != -1:  # the thread is not woken: dump here
+            if not self.woken():  # the thread is not woken: dump here
                 self.dump()
+            previous = self.saved[DUMP_SIGNAL]
+            if callable(previous):  # another feature's handler (a stop request): chained
+                previous(signum, frame)
             return
         if not self.explain_termination():  # the thread is at it: let it finish
             self.explained.wait(TERMINATION_WAIT_SECONDS + 5.0)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
+
+    def woken(self) -> bool:
+        """Whether the signal's byte reaches the thread (the wake-up descriptor is still
+        ours: an asyncio loop started later takes it)."""
+        if self.old_wakeup != -1:
+            return False
+        try:
+            now = signal.set_wakeup_fd(self.write)
+        except ValueError:  # closed meanwhile
+            return False
+        if now != self.write:
+            signal.set_wakeup_fd(now)
+        return now == self.write
 
     def explain_termination(self) -> bool:
         """Write the verdict to stderr when this rank is stuck in (or failed in) a collective;
@@ -125,7 +159,7 @@ class _Watch:
             if _in_trouble(self.ledger):
                 text = None
                 with contextlib.suppress(Exception):  # a verdict must never block the exit
-                    text = self.explain(TERMINATION_WAIT_SECONDS)
+                    text = self.explain(TERMINATION_WAIT_SECONDS) if self.explain else None
                 if text:
                     print(
                         f"distbridge: rank {self.rank} got SIGTERM while in a collective. "
@@ -139,8 +173,6 @@ class _Watch:
 
     def dump(self) -> None:
         """This rank's report to the dump directory, and one line to stderr."""
-        if self.dump_dir is None:
-            return
         with contextlib.suppress(OSError):
             os.makedirs(self.dump_dir, exist_ok=True)
             data = report(self.rank, self.ledger, self.engine)
@@ -177,20 +209,58 @@ def _in_trouble(ledger: CollectiveLedger) -> bool:
 _installed: list[_Watch] = []
 
 
+def _answerable(signum: signal.Signals) -> bool:
+    """SIGTERM: only where it has its default action; SIGUSR2 also over a Python handler."""
+    handler = signal.getsignal(signum)
+    return handler is signal.SIG_DFL or (signum == DUMP_SIGNAL and callable(handler))
+
+
+def report_dir(owner: int | str) -> str:
+    """Where the ranks started by process ``owner`` write their reports on SIGUSR2:
+    ``DISTBRIDGE_HANG_DIR``, else ``<tmp>/distbridge-<uid>/reports/<owner>``."""
+    default = os.path.join(os.path.dirname(card_dir()), "reports", str(owner))
+    return os.environ.get(DIR_ENV_VAR) or default
+
+
+def answer_report_signal(rank: int, directory: str) -> None:
+    """In a process a distbridge launcher starts, first thing: SIGUSR2 writes the report of
+    rank ``rank`` (see `report_on_signal`) to ``directory``, for the life of the process.
+    A handler inherited from the parent (a fork's) is replaced, not chained."""
+    if _installed:  # already answering (an XLA replica in its launcher): the newer rank
+        _installed[0].rank, _installed[0].dump_dir = rank, os.environ.get(DIR_ENV_VAR) or directory
+        return
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(DUMP_SIGNAL) is not signal.SIG_IGN:
+        signal.signal(DUMP_SIGNAL, signal.SIG_DFL)
+        empty = CollectiveLedger(lambda group: None)  # until a model joins
+        _installed.append(_Watch(rank, empty, None, [DUMP_SIGNAL], None, directory, True))
+
+
+def report_on_signal(model: Any) -> None:
+    """Report ``model``'s rank, ledger and engine record on SIGUSR2 from now on (a
+    launcher's worker, once it joined the job)."""
+    ledger = getattr(model, "ledger", None)
+    if _installed and isinstance(ledger, CollectiveLedger):
+        watch = _installed[0]
+        watch.rank, watch.ledger = model.get_rank(), ledger
+        watch.engine = getattr(model, "engine_trace", None)
+
+
 def watch_signals(model: Any) -> None:
     """Install the handlers for ``model``'s rank (see the module); nothing for a world of one,
-    a model without a ledger or verdict, or outside the main thread."""
+    a model without a ledger or verdict, or outside the main thread. In a process that
+    answers SIGUSR2 already (a launcher's), only what it reports changes."""
     ledger = getattr(model, "ledger", None)
     explain = getattr(model, "hang_verdict", None)  # the models that can ask their peers
     engine = getattr(model, "engine_trace", None)  # every model; the record: native ones
     if _installed or not isinstance(ledger, CollectiveLedger):
+        report_on_signal(model)
         return
     if model.get_world_size() < 2 or threading.current_thread() is not threading.main_thread():
         return
-    wanted = [] if explain is None else [signal.SIGTERM]
-    if os.environ.get(DIR_ENV_VAR):
-        wanted.append(DUMP_SIGNAL)
-    free = [s for s in wanted if signal.getsignal(s) is signal.SIG_DFL]
+    wanted = [DUMP_SIGNAL] if explain is None else [signal.SIGTERM, DUMP_SIGNAL]
+    free = [s for s in wanted if _answerable(s)]
     if not free:
         return
 
@@ -202,6 +272,8 @@ def watch_signals(model: Any) -> None:
 
 
 def unwatch_signals() -> None:
-    """Undo `watch_signals` (``finalize``); safe to call when nothing is installed."""
-    if _installed and threading.current_thread() is threading.main_thread():
+    """Undo `watch_signals` (``finalize``); safe to call when nothing is installed. The
+    handler of a launcher's process stays (it answers SIGUSR2 until the process ends)."""
+    main = threading.current_thread() is threading.main_thread()
+    if _installed and not _installed[0].for_life and main:
         _installed.pop().uninstall()

@@ -5,8 +5,11 @@ Each rank that runs a hang reporter writes a small JSON card,
 (``host:port``) of the job's store, so that ``python -m distbridge why --pid PID`` can ask
 the running job without being told its MASTER_ADDR and MASTER_PORT. The pid may also be an
 ancestor of the ranks (``spawn``'s parent, torchrun's agent): the card of a rank below it is
-used. A card is removed when its process exits normally; cards of processes that are gone
-are removed by the next writer or reader. Nothing but this JSON is read back.
+used. A card is removed when its process exits normally, and by ``spawn``'s parent when the
+job ends (a worker killed by a signal left its own). A card whose process is gone (or whose
+pid now belongs to another process: the card holds the process's start time) is stale: the
+next job and every ``why`` remove such cards, and no reader ever uses one. Nothing but this
+JSON is read back.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ import getpass
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["JobCard", "card_dir", "find_card", "write_card"]
+__all__ = ["JobCard", "card_dir", "find_card", "prune_cards", "remove_cards", "write_card"]
 
 _ANCESTOR_HOPS = 6  # spawn's parent -> warm starter -> worker, torchrun's agent -> worker, ...
 
@@ -58,6 +62,51 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (Linux); None elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+            return stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _started(pid: int) -> str | None:
+    """When ``pid`` started (clock ticks since boot), which tells a reused pid apart."""
+    fields = _stat(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None
+
+
+def _stale(folder: str, pid: int) -> bool:
+    """Whether the card of ``pid`` belongs to no live process (gone, or the pid reused)."""
+    if not _alive(pid):
+        return True
+    try:
+        with open(os.path.join(folder, f"{pid}.json"), encoding="utf-8") as data:
+            started = json.load(data).get("started")
+    except (OSError, ValueError, AttributeError):
+        return False  # unreadable: left to its writer
+    now = _started(pid)
+    return started is not None and now is not None and str(started) != now
+
+
+def prune_cards() -> None:
+    """Remove the stale cards (see the module): a job's first step, and every ``why``'s."""
+    folder = card_dir()
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            stem = name.removesuffix(".json")
+            if stem.isdigit() and name.endswith(".json") and _stale(folder, int(stem)):
+                _remove(os.path.join(folder, name))
+
+
+def remove_cards(pids: Iterable[int]) -> None:
+    """Remove the cards of processes ``pids`` (a job's workers, once they ended)."""
+    folder = card_dir()
+    for pid in pids:
+        _remove(os.path.join(folder, f"{pid}.json"))
+
+
 def _store_address(store: Any) -> str | None:
     """``host:port`` of a TCPStore; None for any other store (a FileStore has no address)."""
     host = getattr(store, "host", None)
@@ -83,15 +132,13 @@ def write_card(store: Any, rank: int, world_size: int) -> str | None:
     folder = card_dir()
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
-        for name in os.listdir(folder):  # the cards of processes that are gone
-            stem = name.removesuffix(".json")
-            if stem.isdigit() and not _alive(int(stem)):
-                _remove(os.path.join(folder, name))
+        prune_cards()
         pid = os.getpid()
         path = os.path.join(folder, f"{pid}.json")
         temporary = f"{path}.tmp"
+        card = {"rank": rank, "world_size": world_size, "store": address}
         with open(temporary, "w", encoding="utf-8") as out:
-            json.dump({"rank": rank, "world_size": world_size, "store": address}, out)
+            json.dump({**card, "started": _started(pid)}, out)
         os.replace(temporary, path)
     except OSError:  # a read-only or full temporary folder: no card, nothing else lost
         return None
@@ -111,11 +158,10 @@ def _read(folder: str, pid: int) -> JobCard | None:
 
 def _parent(pid: int) -> int | None:
     """The parent of ``pid`` (Linux ``/proc``); None where it cannot be read."""
+    fields = _stat(pid)
     try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        return int(fields[1])
-    except (OSError, IndexError, ValueError):
+        return None if fields is None else int(fields[1])
+    except (IndexError, ValueError):
         return None
 
 
@@ -139,6 +185,7 @@ def find_card(pid: int) -> JobCard:
     """
     if not _alive(pid):
         raise ProcessLookupError(f"There is no process {pid}: is the job still running?")
+    prune_cards()  # a card left by a process that is gone is never read
     folder = card_dir()
     own = _read(folder, pid)
     if own is not None:

@@ -1,0 +1,17 @@
+"""Imported by the warm starter's server only (the last of `warm_start.PRELOAD`): the report
+signal leaves the server running. ``pkill -USR2 -f train.py`` reaches it too (its command
+line names the main script), and every worker, a fork of it, dies with it. Its workers set
+their own handler first thing (`hang_signals.answer_report_signal`)."""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+
+
+def _pass(signum: int, frame: FrameType | None) -> None:
+    """The server has no report of its own to write."""
+
+
+if signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL:
+    signal.signal(signal.SIGUSR2, _pass)
