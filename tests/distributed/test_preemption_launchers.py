@@ -1,0 +1,139 @@
+"""Preemption under real launchers: torchrun's agent signalled, and a 2-node SLURM job in
+which one node's task gets USR2, is requeued once and resumes to an uninterrupted run's end.
+
+The ranks run tests/distributed/preemption_targets.py as a script (gloo, initialized from the
+launcher's variables); the SLURM cluster is the suite's (tests/distributed/slurm_cluster.py,
+skipped where slurm-wlm is not installed).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import distbridge as idist
+from tests.distributed.preemption_targets import records, train
+from tests.distributed.slurm_cluster import SlurmCluster, slurm_cluster
+from tests.ports import free_port
+
+__all__ = ["slurm_cluster"]  # the fixture, imported to be found by pytest
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
+
+SCRIPT = Path(__file__).with_name("preemption_targets.py")
+REPO = SCRIPT.parents[2]
+_LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARS}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "src"), env.get("PYTHONPATH", "")])
+    return env
+
+
+def _wait_for(paths: list[Path], proc: subprocess.Popen[str], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(p.exists() for p in paths):
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"{paths} not there after {timeout} s"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize(
+    ("signame", "forwarded"), [("SIGTERM", None), ("SIGUSR2", "SIGTERM,SIGUSR2")]
+)
+def test_torchrun_agent_signalled(tmp_path: Path, signame: str, forwarded: str | None) -> None:
+    """The agent forwards the signal to both ranks (USR2 only when told to); they stop at one
+    step and write one complete checkpoint before the agent's kill."""
+    handle = ["--signals-to-handle", forwarded] if forwarded else []
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+        "--master-port", str(free_port()), *handle, str(SCRIPT), str(tmp_path), "100000",
+        "--sleep", "0.01", "--check-every", "10",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        command, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        _wait_for([tmp_path / "training0", tmp_path / "training1"], proc)
+        proc.send_signal(signal.Signals[signame])
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    stops = [records(tmp_path, rank)[0]["stop"] for rank in (0, 1)]
+    assert stops[0] is not None and stops[0] == stops[1], err[-3000:]
+    assert [p.name for p in tmp_path.glob("*.pt*")] == [f"step-{stops[0]:09d}.pt"]
+    assert err.count(f"every rank stops after step {stops[0]}") == 2
+    assert ("torchrun forwards only" in err) == (forwarded is None)
+    assert idist.resume(tmp_path, torch.nn.Linear(4, 1))["step"] == stops[0]
+
+
+def test_slurm_requeue_once_and_resume(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """2 nodes, one task each; the task on the second node sends itself USR2 after step 7.
+    Both stop at step 10, checkpoint once, rank 0 requeues the job; its second run resumes
+    from step 10 and ends with the losses and parameters of an uninterrupted spawn run."""
+    straight = tmp_path / "straight"
+    straight.mkdir()
+    idist.spawn("gloo", train, args=(str(straight), 30), nproc_per_node=2, job_timeout=150)
+    run = tmp_path / "run"
+    run.mkdir()
+    job = tmp_path / "job.sh"
+    job.write_text(
+        "#!/bin/bash\n"
+        f"srun -O --kill-on-bad-exit=1 {sys.executable} {SCRIPT} {run} 30 --kill-at 7\n"
+    )
+    out = tmp_path / "job.out"
+    submitted = slurm_cluster.run(
+        ["sbatch", "--parsable", "-N2", "-n2", "-O", "--requeue", "--open-mode=append",
+         "-o", str(out), str(job)],
+        timeout=30, cwd=REPO, extra_env={"PYTHONPATH": f"{REPO}:{REPO / 'src'}"},
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().split(";")[0]
+    _release_when_requeued(slurm_cluster, job_id)
+    state = slurm_cluster.wait_job(job_id, timeout=180)
+    log = out.read_text(errors="replace")
+    assert state == "COMPLETED", f"job {job_id} {state}:\n{log[-4000:]}\n{slurm_cluster.logs()}"
+    assert _field(slurm_cluster, job_id, "Restarts") == "1"
+    assert log.count(f"requeued SLURM job {job_id}") == 1
+
+    assert sorted(p.name for p in run.glob("*.pt*")) == ["step-000000010.pt"]
+    for rank in (0, 1):
+        first, second = records(run, rank)
+        reference = records(straight, rank)[0]
+        assert (first["start"], first["stop"], second["start"], second["stop"]) == (0, 10, 10, None)
+        assert {**first["losses"], **second["losses"]} == reference["losses"]
+        assert second["params"] == reference["params"]
+
+
+def _field(cluster: SlurmCluster, job_id: str, name: str) -> str | None:
+    shown = cluster.run(["scontrol", "-o", "show", "job", job_id], timeout=10).stdout.split()
+    return next((item.split("=", 1)[1] for item in shown if item.startswith(f"{name}=")), None)
+
+
+def _release_when_requeued(cluster: SlurmCluster, job_id: str, timeout: float = 150) -> None:
+    """A requeued job waits about 2 minutes (SLURM delays its BeginTime); start it now."""
+    deadline = time.monotonic() + timeout
+    while _field(cluster, job_id, "Restarts") in (None, "0"):
+        if cluster.job_state(job_id) not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+            return  # ended without a requeue: the assertions after say how
+        assert time.monotonic() < deadline, f"job {job_id} not requeued after {timeout} s"
+        time.sleep(0.2)
+    while cluster.job_state(job_id) != "PENDING" or not _nodes_idle(cluster):
+        assert time.monotonic() < deadline, f"job {job_id} not pending after {timeout} s"
+        time.sleep(0.2)
+    cluster.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], timeout=10)
+
+
+def _nodes_idle(cluster: SlurmCluster) -> bool:
+    """Whether both nodes are done with the first run (a job started on a node still
+    completing the last one can fail to launch)."""
+    states = cluster.run(["sinfo", "-h", "-N", "-o", "%T"], timeout=10).stdout.split()
+    return len(states) == 2 and set(states) == {"idle"}
