@@ -3,6 +3,7 @@ worker or to the parent (as ``pkill -USR2 -f train.py`` does) makes the ranks wr
 reports and the job goes on to its normal result; the parent passes the signal on and says
 where the reports are. The job cards of a parent killed by SIGKILL go with the next job or
 ``python -m distbridge why``, and a card whose pid now names another process is never used.
+A warm world's rank (``distbridge.testing``) answers the signal as well.
 
 Each script runs with ``TMPDIR`` set to the test's folder, so its cards
 (``<tmp>/distbridge-<uid>/cards``) and its reports (``<tmp>/distbridge-<uid>/reports/<parent
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from distbridge.testing import WarmWorld
 from tests.distributed import report_signal_targets as targets
 from tests.distributed.hang_checks import wait_for
 from tests.distributed.process_checks import assert_gone
@@ -151,3 +153,11 @@ def test_a_card_whose_pid_names_another_process_is_never_used(tmp_path: Path) ->
     assert done.returncode == 1
     assert f"Process {other.pid} has no distbridge job card" in done.stderr, done.stderr
     assert not card.exists()
+
+
+def test_sigusr2_to_a_warm_world_rank_writes_its_report_and_the_test_passes() -> None:
+    with WarmWorld(2, "gloo") as world:
+        run = world.run(targets.signal_myself, timeout=90)
+        run.check()
+        assert not run.replaced  # the ranks are still up
+    assert "distbridge: rank 1 wrote its hang report to " in run.outputs[1], run.outputs

@@ -3,8 +3,9 @@ supervisor loop can wait on; SIGUSR2, the report signal, is passed on to the wor
 
 On SIGUSR2 the parent sends it to each worker still running (each writes its hang report and
 goes on, see `distbridge.reliability.hang_signals`), says on stderr where the reports are,
-and goes on. The job cards of the workers go with the watch (a worker that was killed left
-its card), and so do those of processes that are gone (a parent killed by SIGKILL).
+and goes on (`passing_on`, also around a warm world's test and ``horovod.run``). The job
+cards of the workers go with the watch (a worker that was killed left its card), and so do
+those of processes that are gone (a parent killed by SIGKILL).
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FrameType
 from typing import Any
 
 from distbridge.launch._worker_reports import Worker
 from distbridge.reliability.hang_signals import DUMP_SIGNAL, report_dir
-from distbridge.reliability.job_cards import prune_cards, remove_cards
+from distbridge.reliability.job_cards import descends_from, prune_cards, remove_cards
 
-__all__ = ["SignalWatch", "forward_report_signal"]
+__all__ = ["SignalWatch", "leave_pid", "passing_on", "pids_left"]
 
 
 class SignalWatch:
@@ -39,6 +40,7 @@ class SignalWatch:
         self.workers: Sequence[Worker] = [] if workers is None else workers
         self.reports = "" if workers is None else report_dir(os.getpid())
         self._previous: dict[signal.Signals, Any] = {}
+        self._passing = passing_on(self._running, self.reports)
         self.fd, self._write_fd = os.pipe()
         os.set_blocking(self.fd, False)
         os.set_blocking(self._write_fd, False)
@@ -46,28 +48,26 @@ class SignalWatch:
     def __enter__(self) -> SignalWatch:
         prune_cards()
         if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM, DUMP_SIGNAL):
+            for signum in (signal.SIGINT, signal.SIGTERM):
                 previous = signal.getsignal(signum)
-                if previous is not signal.SIG_IGN and (signum != DUMP_SIGNAL or self.reports):
+                if previous is not signal.SIG_IGN:
                     self._previous[signum] = signal.signal(signum, self._handle)
+        self._passing.__enter__()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        self._passing.__exit__(None, None, None)
         for signum, previous in self._previous.items():
             signal.signal(signum, signal.SIG_DFL if previous is None else previous)
         os.close(self.fd)
         os.close(self._write_fd)
         remove_cards(w.process.pid for w in self.workers if w.process.pid is not None)
 
+    def _running(self) -> dict[int, int]:
+        running = [w for w in self.workers if w.process.exitcode is None]
+        return {w.rank: w.process.pid for w in running if w.process.pid is not None}
+
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if signum == DUMP_SIGNAL:
-            running = [w for w in self.workers if w.process.exitcode is None]
-            pids = {w.rank: w.process.pid for w in running if w.process.pid is not None}
-            forward_report_signal(pids, self.reports)
-            previous = self._previous.get(DUMP_SIGNAL)
-            if callable(previous):  # another feature's handler: chained
-                previous(signum, frame)
-            return
         if self.received is None:
             self.received = signum
         with contextlib.suppress(OSError):
@@ -84,15 +84,39 @@ class SignalWatch:
             raise SystemExit(128 + self.received)
 
 
-def forward_report_signal(pids: dict[int, int], reports: str) -> None:
+@contextlib.contextmanager
+def passing_on(ranks: Callable[[], Mapping[int, int]], reports: str) -> Iterator[None]:
+    """While the block runs, SIGUSR2 goes on to the processes of ``ranks()`` (``{rank:
+    pid}``), whose reports go to folder ``reports``; then the handler that was there (a
+    Python one is also called). Nothing without ``reports``, outside the main thread, or
+    where SIGUSR2 is ignored."""
+    main = threading.current_thread() is threading.main_thread()
+    if not reports or not main or signal.getsignal(DUMP_SIGNAL) is signal.SIG_IGN:
+        yield
+        return
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        _pass_on(ranks(), reports)
+        if callable(previous):  # another feature's handler (a stop request): chained
+            previous(signum, frame)
+
+    previous = signal.signal(DUMP_SIGNAL, handle)
+    try:
+        yield
+    finally:
+        signal.signal(DUMP_SIGNAL, signal.SIG_DFL if previous is None else previous)
+
+
+def _pass_on(pids: Mapping[int, int], reports: str) -> None:
     """Send SIGUSR2 to the ranks' processes (``{rank: pid}``), and say where they write."""
     asked = []
     for rank, pid in sorted(pids.items()):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, DUMP_SIGNAL)
             asked.append(str(rank))
+    ranks = f"rank{'s' if len(asked) > 1 else ''} {', '.join(asked)}" if asked else "no rank"
     line = (
-        f"distbridge: got SIGUSR2, passed on to ranks {', '.join(asked) or '(none running)'}: "
+        f"distbridge: got SIGUSR2, passed on to {ranks}: "
         f"each writes its hang report to {reports} and goes on; the verdict: python -m "
         f"distbridge why {reports}\n"
     )
@@ -101,3 +125,27 @@ def forward_report_signal(pids: dict[int, int], reports: str) -> None:
     except (RuntimeError, OSError, ValueError):  # stderr busy in this very thread: raw write
         with contextlib.suppress(OSError):
             os.write(2, line.encode())
+
+
+def leave_pid(folder: str, rank: int) -> None:
+    """In a worker whose pid its parent does not know (Horovod's, an XLA pool's replica):
+    leave it in the parent's temporary ``folder`` (``.pid-rank<r>``) for `pids_left`; not
+    on another machine, where there is no such folder."""
+    path = os.path.join(folder, f".pid-rank{rank}")
+    with contextlib.suppress(OSError), open(path, "w", encoding="utf-8") as out:
+        out.write(str(os.getpid()))
+
+
+def pids_left(folder: str) -> dict[int, int]:
+    """The workers of this process that left their pid in ``folder``, by rank (one that is
+    not a process below this one is passed over)."""
+    pids = {}
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            if name.startswith(".pid-rank") and name[9:].isdigit():
+                with contextlib.suppress(OSError, ValueError):
+                    with open(os.path.join(folder, name), encoding="utf-8") as data:
+                        pid = int(data.read())
+                    if descends_from(pid, os.getpid()):
+                        pids[int(name[9:])] = pid
+    return pids

@@ -6,6 +6,9 @@ worker's stderr only, so each worker here writes one marked line there when it f
 the parent, which has every worker's stderr in a temporary folder, turns it into a
 `WorkerFailedError` with the rank and the traceback. A ``job_timeout`` is kept by each worker
 itself (``faulthandler`` prints its stacks and exits), so a hang on any machine ends too.
+SIGUSR2 makes a worker write its hang report and go on; sent to the parent during
+``horovod.run``, it is passed on to this machine's workers, which leave their pids in that
+temporary folder (``.pid-rank<r>``) for it.
 """
 
 from __future__ import annotations
@@ -22,13 +25,15 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from distbridge.errors import PicklingError, SpawnTimeoutError, WorkerFailedError
 from distbridge.launch._joinable import Activate, MakeModel
+from distbridge.launch._signals import leave_pid, passing_on, pids_left
 from distbridge.launch._worker_reports import sentence
+from distbridge.reliability.hang_signals import answer_report_signal, report_dir, report_on_signal
 
 __all__ = ["spawn_horovod"]
 
@@ -53,14 +58,20 @@ class _HorovodWorker:
     args: tuple[Any, ...]
     kwargs: Mapping[str, Any]
     job_timeout: float | None
+    reports: str = ""  # the parent's report folder
+    pids: str = ""  # where a worker on the parent's machine leaves its pid
 
     def __call__(self) -> Any:
+        rank = int(os.environ.get("HOROVOD_RANK", "0"))
+        answer_report_signal(rank, self.reports)
+        leave_pid(self.pids, rank)  # for the parent, which passes SIGUSR2 on
         if self.job_timeout is not None:  # a C thread: fires even inside a blocked collective
             faulthandler.dump_traceback_later(self.job_timeout, exit=True)
         model = None
         try:
             with contextlib.ExitStack() as active:
                 model = self.make_model("horovod")
+                report_on_signal(model)
                 active.enter_context(self.activate(model))
                 try:
                     return self.fn(model.get_local_rank(), *self.args, **self.kwargs)
@@ -163,7 +174,10 @@ def spawn_horovod(
     import horovod
 
     cloudpickle = importlib.import_module("cloudpickle")  # horovod.run's own serializer
-    worker = _HorovodWorker(make_model, activate, fn, tuple(args), dict(kwargs_dict), job_timeout)
+    reports = report_dir(os.getpid())
+    worker = _HorovodWorker(
+        make_model, activate, fn, tuple(args), dict(kwargs_dict), job_timeout, reports
+    )
     try:
         cloudpickle.dumps(worker)
     except Exception as err:
@@ -175,16 +189,17 @@ def spawn_horovod(
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="distbridge-hvd-") as out, _signal_handlers_kept():
         try:
-            results: list[Any] = horovod.run(
-                worker,
-                num_proc=num_proc,
-                hosts=",".join(f"{name}:{nproc}" for name in names),
-                use_gloo=True,
-                start_timeout=start_timeout,
-                output_filename=out,
-                verbose=verbose or None,
-                disable_cache=True,
-            )
+            with passing_on(lambda: pids_left(out), reports):
+                results: list[Any] = horovod.run(
+                    replace(worker, pids=out),
+                    num_proc=num_proc,
+                    hosts=",".join(f"{name}:{nproc}" for name in names),
+                    use_gloo=True,
+                    start_timeout=start_timeout,
+                    output_filename=out,
+                    verbose=verbose or None,
+                    disable_cache=True,
+                )
         except RuntimeError as err:
             elapsed = time.monotonic() - started
             raise _failure(err, Path(out), nproc, elapsed, job_timeout) from None

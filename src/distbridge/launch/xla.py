@@ -10,6 +10,10 @@ one process per device, all in the launcher's process group.
 parent owns: ``("ok", rank, value)`` or ``("error", rank, traceback, type name, message)``.
 A replica that raises while it has siblings in other processes stops the whole process
 group at once, so nobody waits in a collective for it.
+
+SIGUSR2 makes a replica write its hang report and go on. The parent passes it on to the
+launcher: the replica itself with ``nproc_per_node=1``; otherwise the launcher passes it on
+to the replicas, which leave their pids in the parent's folder for that.
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ import torch
 
 from distbridge.errors import WorkerFailedError
 from distbridge.launch._joinable import Activate, MakeModel
+from distbridge.launch._signals import leave_pid, passing_on, pids_left
 from distbridge.launch._worker_reports import sentence
 from distbridge.launch.pickling import check_picklable
 from distbridge.launch.supervisor import START_METHODS, run_workers
 from distbridge.launch.warm_start import die_with_parent
+from distbridge.reliability.hang_signals import answer_report_signal, report_dir, report_on_signal
 
 __all__ = ["spawn_xla"]
 
@@ -72,12 +78,16 @@ class _Replica:
     nproc: int
     folder: str
     launcher_pid: int = 0
+    reports: str = ""  # the parent's report folder
 
     def __call__(self, ordinal: int) -> None:
         import torch_xla.runtime as xr
 
         local = xr.local_ordinal()
         in_pool = os.getpid() != self.launcher_pid  # torch_xla started a process per device
+        answer_report_signal(ordinal, self.reports)
+        if in_pool:
+            leave_pid(self.folder, ordinal)  # the launcher passes SIGUSR2 on
         try:
             if in_pool:
                 die_with_parent()
@@ -110,6 +120,7 @@ class _Replica:
                 "CPU_NUM_DEVICES, ...)."
             )
         model = self.make_model(self.backend)
+        report_on_signal(model)
         with self.activate(model):
             try:
                 return self.fn(model.get_local_rank(), *self.args, **self.kwargs)
@@ -137,8 +148,12 @@ class _Launcher:
         import torch_xla.distributed.xla_multiprocessing as xmp
 
         replica = replace(self.replica, launcher_pid=os.getpid())
-        nprocs = 1 if replica.nproc == 1 else None  # xmp.spawn takes 1 or "every device"
-        xmp.spawn(replica, nprocs=nprocs, start_method=self.start_method)
+        if replica.nproc == 1:  # xmp.spawn takes 1 or "every device"; 1 runs here
+            xmp.spawn(replica, nprocs=1, start_method=self.start_method)
+            return
+        answer_report_signal(-1, replica.reports)  # no report of its own: the replicas'
+        with passing_on(lambda: pids_left(replica.folder), replica.reports):
+            xmp.spawn(replica, nprocs=None, start_method=self.start_method)
 
 
 def spawn_xla(
@@ -182,8 +197,9 @@ def spawn_xla(
         check_picklable(fn, args, kwargs_dict)
     folder = tempfile.mkdtemp(prefix="distbridge-xla-")
     replica = _Replica(
-        make_model, activate, backend, fn, tuple(args), dict(kwargs_dict), nproc_per_node, folder
-    )
+        make_model, activate, backend, fn, tuple(args), dict(kwargs_dict), nproc_per_node, folder,
+        reports=report_dir(os.getpid()),
+    )  # fmt: skip
     try:
         try:
             run_workers(

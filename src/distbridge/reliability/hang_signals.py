@@ -172,7 +172,10 @@ class _Watch:
         return True
 
     def dump(self) -> None:
-        """This rank's report to the dump directory, and one line to stderr."""
+        """This rank's report to the dump directory, and one line to stderr (none for rank
+        -1: a process that only passes the signal on)."""
+        if self.rank < 0:
+            return
         with contextlib.suppress(OSError):
             os.makedirs(self.dump_dir, exist_ok=True)
             data = report(self.rank, self.ledger, self.engine)
@@ -224,8 +227,9 @@ def report_dir(owner: int | str) -> str:
 
 def answer_report_signal(rank: int, directory: str) -> None:
     """In a process a distbridge launcher starts, first thing: SIGUSR2 writes the report of
-    rank ``rank`` (see `report_on_signal`) to ``directory``, for the life of the process.
-    A handler inherited from the parent (a fork's) is replaced, not chained."""
+    rank ``rank`` (see `report_on_signal`) to ``directory``, for the life of the process;
+    rank -1 writes none (a process that passes the signal on to ranks of its own). A
+    handler inherited from the parent (a fork's) is replaced, not chained."""
     if _installed:  # already answering (an XLA replica in its launcher): the newer rank
         _installed[0].rank, _installed[0].dump_dir = rank, os.environ.get(DIR_ENV_VAR) or directory
         return

@@ -24,7 +24,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["JobCard", "card_dir", "find_card", "prune_cards", "remove_cards", "write_card"]
+__all__ = [
+    "JobCard",
+    "card_dir",
+    "descends_from",
+    "find_card",
+    "prune_cards",
+    "remove_cards",
+    "write_card",
+]
 
 _ANCESTOR_HOPS = 6  # spawn's parent -> warm starter -> worker, torchrun's agent -> worker, ...
 
@@ -165,7 +173,8 @@ def _parent(pid: int) -> int | None:
         return None
 
 
-def _descends_from(pid: int, ancestor: int) -> bool:
+def descends_from(pid: int, ancestor: int) -> bool:
+    """Whether process ``pid`` is below ``ancestor`` (a few generations at most; Linux)."""
     for _ in range(_ANCESTOR_HOPS):
         parent = _parent(pid)
         if parent is None or parent <= 1:
@@ -194,7 +203,7 @@ def find_card(pid: int) -> JobCard:
     with contextlib.suppress(OSError):
         for name in os.listdir(folder):
             stem = name.removesuffix(".json")
-            if stem.isdigit() and _alive(int(stem)) and _descends_from(int(stem), pid):
+            if stem.isdigit() and _alive(int(stem)) and descends_from(int(stem), pid):
                 card = _read(folder, int(stem))
                 if card is not None:
                     below.append(card)

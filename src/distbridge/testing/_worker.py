@@ -2,7 +2,8 @@
 
 The process runs in its own process group and is SIGKILLed by Linux when the thread that
 started it dies, as `spawn`'s workers are. Its stdout and stderr go to a log file the parent
-reads after each test; SIGUSR1 writes every thread's Python stack there (faulthandler).
+reads after each test; SIGUSR1 writes every thread's Python stack there (faulthandler), and
+SIGUSR2 its hang report to `report_dir` of the world's folder (see `hang_signals`).
 When a test raises, the rank leaves a failure note and cuts its connections (fail-together),
 so that peers blocked in a collective raise `PeerFailed` instead of waiting for the timeout.
 """
@@ -30,6 +31,7 @@ from distbridge.errors import PeerFailed
 from distbridge.launch.warm_start import die_with_parent
 from distbridge.models.base import ComputationModel
 from distbridge.reliability.fail_together import Abortable, record_failure, summarize
+from distbridge.reliability.hang_signals import answer_report_signal, report_dir, report_on_signal
 from distbridge.testing._protocol import Outcome, Setup, Task
 
 __all__ = ["serve"]
@@ -39,6 +41,7 @@ _DETAIL_CHARS = 4000
 
 def serve(rank: int, conn: Connection, setup: Setup) -> None:
     """Entry point of a rank: join the world, answer tasks until ``None`` comes, then leave."""
+    answer_report_signal(rank, report_dir(Path(setup.log_path).parent.name))
     _isolate(setup.log_path)
     os.environ.update(setup.env)
     try:
@@ -80,6 +83,7 @@ def _join(setup: Setup) -> ComputationModel | None:
     if setup.backend is None:
         return None
     model = registry.for_backend(setup.backend).from_backend(setup.backend, debug=setup.debug)
+    report_on_signal(model)
     _state.install(model)
     return model
 

@@ -14,6 +14,8 @@ module (once) and calls ``fn(**kwargs)``; each answers passed, or its traceback.
 - After any failure the world is stopped (SIGKILL to each rank's process group); the next
   ``run`` starts a fresh one. Each rank runs in its own process group and dies with the
   thread that started it (PR_SET_PDEATHSIG), so nothing outlives the parent.
+- SIGUSR2 makes each rank write its hang report (to `report_dir` of the world's folder) and
+  go on; sent to the parent while a test runs, it is passed on to the ranks.
 """
 
 from __future__ import annotations
@@ -34,9 +36,11 @@ from typing import Any
 from distbridge._registry import registry
 from distbridge.errors import DistributedError, suggest
 from distbridge.launch._main_module import check_main_module
+from distbridge.launch._signals import passing_on
 from distbridge.launch.supervisor import PEER_WINDOW_SECONDS, VERDICT_SECONDS
 from distbridge.reliability.fail_together import record_failure
 from distbridge.reliability.hang_collect import collect
+from distbridge.reliability.hang_signals import report_dir
 from distbridge.reliability.verdict import verdict
 from distbridge.testing._protocol import Outcome, Setup, make_task
 from distbridge.testing._ranks import LogTail, Member, death, kill_ranks, log_size, read_log
@@ -90,6 +94,7 @@ class WarmWorld:
         self._members: list[Member] = []
         self._store: Any = None
         self._stop: Callable[[], Any] | None = None
+        self._reports = ""  # where the ranks write their reports on SIGUSR2
         self._tasks = 0
 
     def __repr__(self) -> str:
@@ -123,6 +128,7 @@ class WarmWorld:
         check_main_module("spawn")
         context = multiprocessing.get_context("spawn")
         folder = tempfile.mkdtemp(prefix="distbridge-world-")
+        self._reports = report_dir(Path(folder).name)
         members: list[Member] = []
         self._stop = weakref.finalize(self, kill_ranks, members, folder)
         env = self._env()
@@ -210,7 +216,8 @@ class WarmWorld:
             for member in self._members:
                 with contextlib.suppress(OSError):  # a dead rank shows as such below
                     member.conn.send(task)
-            outcomes, stopped, timed_out = self._collect(task.task_id, timeout, tail)
+            with passing_on(self._pids, self._reports):
+                outcomes, stopped, timed_out = self._collect(task.task_id, timeout, tail)
         except BaseException:  # KeyboardInterrupt, pytest-timeout: the ranks' state is unknown
             self.close(graceful=False)
             raise
@@ -272,6 +279,11 @@ class WarmWorld:
         if self._store is not None:  # its peers raise PeerFailed naming it
             record_failure(self._store, rank, how, self.nproc)
         return Outcome(rank, task_id, False, "ProcessDied", how)
+
+    def _pids(self) -> dict[int, int]:
+        """The ranks' processes still running, by rank."""
+        running = [(r, m.process) for r, m in enumerate(self._members)]
+        return {r: p.pid for r, p in running if p.pid is not None and p.exitcode is None}
 
     def _verdict(self) -> str:
         """The hang verdict from the ranks' collective ledgers, asked through the world's
