@@ -177,6 +177,9 @@ class StopGuard:
         The file is written as ``step-<step>.pt.incomplete`` and renamed once every rank has
         finished its part; then only the newest ``keep`` complete checkpoints remain (and no
         incomplete ones). Every rank's torch RNG state rides along. Every rank calls it.
+
+        Note:
+            Without a distributed context this process writes and renames the file.
         """
         final = self.run_dir / f"step-{step:09d}.pt"
         temp = final.with_name(final.name + ".incomplete")
@@ -204,6 +207,8 @@ class StopGuard:
             _say(f"not requeued (not a SLURM job); run the same command to resume from {path}.")
         elif get_rank() == 0:
             self._requeue(job)
+        else:
+            _say(f"rank 0 requeues SLURM job {job} (or says why not).")
         raise SystemExit(0)
 
     def _requeue(self, job: str) -> None:
@@ -215,10 +220,16 @@ class StopGuard:
         if shutil.which("scontrol") is None:
             _say(f"not requeued: scontrol is not on PATH; requeue job {job} by hand.")
             return
-        done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
-        if done.returncode:
-            _say(f"requeue of job {job} failed ({done.stderr.strip()}); is it a batch job "
-                 "submitted with --requeue? Resubmit it to resume.")  # fmt: skip
+        try:
+            done = subprocess.run(
+                ["scontrol", "requeue", job], capture_output=True, text=True, timeout=60
+            )
+            error = done.stderr.strip() if done.returncode else ""
+        except subprocess.TimeoutExpired:
+            error = "scontrol did not answer in 60 s"
+        if error:
+            _say(f"requeue of job {job} failed ({error}); is it a batch job submitted with "
+                 "--requeue? Resubmit it to resume.")  # fmt: skip
         else:
             _say(f"requeued SLURM job {job} (restart {restarts + 1}).")
 
@@ -244,6 +255,9 @@ def resume(
     Returns its ``extra`` with ``"step"`` (the steps done); ``{"step": 0}`` when there is no
     complete checkpoint (a fresh start, not an error). With ``rng``, each rank gets its torch
     RNG state back when the world size is the one that saved it. Every rank calls it.
+
+    Note:
+        Without a distributed context this process reads the file and loads it.
     """
     newest = None
     if get_rank() == 0 and Path(run_dir).is_dir():

@@ -148,3 +148,32 @@ def test_outside_slurm_it_says_how_to_resume(
     assert "SIGTERM arrived" in err
     assert "every rank stops after step 5 (a preemption)" in err
     assert "run the same command to resume" in err
+
+
+@pytest.mark.parametrize(
+    ("signum", "restarts", "said"),
+    [
+        (signal.SIGUSR2, "3", "not requeued: job 4242 was restarted 3 times already"),
+        (signal.SIGTERM, "3", "scontrol is not on PATH; requeue job 4242 by hand"),
+    ],
+)
+def test_timeouts_requeue_a_bounded_number_of_times(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    signum: int,
+    restarts: str,
+    said: str,
+) -> None:
+    """A SLURM job (its variables; no scontrol on PATH) restarted 3 times: a time limit is not
+    requeued again, a preemption is (here: tried, and said that it cannot be)."""
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", restarts)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
+    with idist.StopGuard(tmp_path, max_timeout_requeues=3) as stop:
+        os.kill(os.getpid(), signum)
+        assert stop.should_stop(1)
+        with pytest.raises(SystemExit):
+            stop.checkpoint_and_exit(1, _model())
+    assert said in capsys.readouterr().err
