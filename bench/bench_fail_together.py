@@ -1,13 +1,11 @@
 """What fail-together costs when nothing fails, and how fast it acts when something does.
 
-1. The ``try`` around each native primitive: a tensor all_reduce in a gloo world of one
-   (in-memory store, no port) three ways, alternating them in each repeat: the native
-   model's ``_do_all_reduce`` as decorated by ``translate_peer_failure``, the same method
-   undecorated, and the facade's ``idist.all_reduce``. The difference of the first two is
-   the whole cost; on a busy machine the minimum over the repeats is the steadier estimate.
-2. The failure watcher in a real gloo world of two (``spawn``): all_reduce latency with the
+The ``try`` that translates a failed peer's error is the ledger's wrapper's own (one ``try`` for
+both, ``models/base.py``'s ``collective``): ``bench_ledger.py`` times that wrapper.
+
+1. The failure watcher in a real gloo world of two (``spawn``): all_reduce latency with the
    watcher running and after it was stopped, alternating blocks.
-3. The watchers against one TCPStore, at 4 and 64 simulated ranks: a store round trip
+2. The watchers against one TCPStore, at 4 and 64 simulated ranks: a store round trip
    (``add``) from another client while the watchers wait, versus none waiting; the store
    requests they send while nothing fails (data segments counted by ``ss`` over 5 s); how
    long a failure note takes to wake all of them; what finding a communicator's connections costs
@@ -31,13 +29,13 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import HashStore, TCPStore
+from torch._C._distributed_c10d import TCPStore
 
 import distbridge as idist
 from distbridge import _state
 from distbridge.models.native import NativeModel
 from distbridge.reliability.connections import Connections, socket_inodes, tcp_connections
-from distbridge.reliability.fail_together import record_failure, translate_peer_failure
+from distbridge.reliability.fail_together import record_failure
 from distbridge.reliability.failure_watch import FailureWatch
 
 IDLE_SECONDS = 5.0  # how long the watchers' requests are counted while nothing fails
@@ -49,7 +47,6 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15, help="timed blocks per variant")
     parser.add_argument("--skip-world", action="store_true", help="skip the world of two")
     options = parser.parse_args()
-    wrapper_cost(options)
     for ranks in (4, 64):
         watchers_on_one_store(ranks, options.repeats)
     connections_cost(options.repeats)
@@ -141,41 +138,6 @@ def connections_cost(repeats: int) -> None:
         samples.append((time.perf_counter() - start) * 1e3)
     print(f"Connections.opening (2 fd scans + TCP tables, {len(before)} sockets open): "
           f"median {statistics.median(samples):.2f} ms per communicator created")  # fmt: skip
-
-
-def wrapper_cost(options: argparse.Namespace) -> None:
-    """Part 1: the ``try`` around each primitive (see the module's docstring)."""
-
-    dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
-    model = NativeModel.from_context()
-    assert model is not None
-    _state.install(model)
-    tensor = torch.ones(4)
-    bare = NativeModel._do_all_reduce.__wrapped__  # type: ignore[attr-defined]
-
-    def noop(model: object) -> None:
-        return None
-
-    wrapped_noop = translate_peer_failure(noop)
-    variants = {
-        "wrapper alone: no-op body": lambda: wrapped_noop(model),
-        "bare no-op": lambda: noop(model),
-        "decorated _do_all_reduce": lambda: model._do_all_reduce(tensor, "SUM", None),
-        "undecorated _do_all_reduce": lambda: bare(model, tensor, "SUM", None),
-        "idist.all_reduce(tensor)": lambda: idist.all_reduce(tensor),
-    }
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(options.repeats):
-        for name, call in variants.items():
-            seconds = timeit.timeit(call, number=options.loops)
-            times[name].append(seconds / options.loops * 1e9)
-    for name, samples in times.items():
-        print(f"{name:30s} median {statistics.median(samples):8.0f} ns  min {min(samples):8.0f} ns")
-    for label, pick in (("median", statistics.median), ("min", min)):
-        cost = pick(times["decorated _do_all_reduce"]) - pick(times["undecorated _do_all_reduce"])
-        print(f"{'cost of the wrapper (' + label + ')':30s} {cost:+8.0f} ns per call")
-    dist.destroy_process_group()
-    _state.reset()
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """What the collective ledger costs: the facade with it against the facade without it.
 
-Every public collective of a model is recorded by ``distbridge.reliability.recording.recorded``
-(in Python); the undecorated method stays reachable as ``__wrapped__``, so both sides run the
-very same code but for the recording. Two kinds of rows, each with a noise row (the
-unrecorded side timed against itself):
+Every public collective of a model is recorded by the ``collective`` wrapper of
+``distbridge/models/base.py`` (in Python); the undecorated method stays reachable as
+``__wrapped__``, so both sides run the very same code but for the recording. Two kinds of
+rows, each with a noise row (the unrecorded side timed against itself):
 
 Most rows call the active model's method directly (the facade's ``current()`` lookup is the
 same either way and is left out); the facade row calls ``idist.all_reduce`` with the model

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Literal, overload
 
-from distbridge._state import current
+from distbridge import _state
 from distbridge._types import Group
 
 __all__ = ["barrier"]
@@ -82,4 +82,7 @@ def barrier(
     Example:
         >>> idist.barrier(timeout=600, name="checkpoint-written")  # doctest: +SKIP
     """
-    return current().barrier(group, timeout, name, async_op=async_op, device_ids=device_ids)
+    model = _state.active  # current(), written out: one call fewer
+    return (model if model.is_current() else _state.resync()).barrier(
+        group, timeout, name, async_op=async_op, device_ids=device_ids
+    )

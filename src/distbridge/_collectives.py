@@ -13,8 +13,8 @@ from typing import Any, Literal, overload
 
 import torch
 
+from distbridge import _state
 from distbridge._barrier import barrier
-from distbridge._state import current
 from distbridge._types import Group
 
 __all__ = [
@@ -66,7 +66,8 @@ def all_reduce(tensor: Any, op: str = "SUM", group: Group | None = None) -> Any:
         >>> idist.all_reduce(idist.get_rank() + 1)
         3   # on each of 2 ranks
     """
-    return current().all_reduce(tensor, op, group)
+    model = _state.active  # current(), written out: one call fewer
+    return (model if model.is_current() else _state.resync()).all_reduce(tensor, op, group)
 
 
 @overload
@@ -109,7 +110,8 @@ def all_gather(tensor: Any, group: Group | None = None) -> Any:
         >>> idist.all_gather(f"rank{idist.get_rank()}")
         ['rank0', 'rank1']   # on each of 2 ranks
     """
-    return current().all_gather(tensor, group)
+    model = _state.active  # current(), written out: one call fewer
+    return (model if model.is_current() else _state.resync()).all_gather(tensor, group)
 
 
 @overload
@@ -162,7 +164,10 @@ def broadcast(
         >>> idist.broadcast(value, safe_mode=True)
         0.1   # on every rank, exactly
     """
-    return current().broadcast(tensor, src, safe_mode, group)
+    model = _state.active  # current(), written out: one call fewer
+    return (model if model.is_current() else _state.resync()).broadcast(
+        tensor, src, safe_mode, group
+    )
 
 
 def new_group(ranks: Sequence[int], **kwargs: Any) -> Any:
@@ -171,7 +176,8 @@ def new_group(ranks: Sequence[int], **kwargs: Any) -> Any:
     Every rank must call it (torch.distributed creates groups collectively). Without a
     distributed context, returns the validated list of ranks.
     """
-    return current().new_group(ranks, **kwargs)
+    model = _state.active  # current(), written out: one call fewer
+    return (model if model.is_current() else _state.resync()).new_group(ranks, **kwargs)
 
 
 def all_gather_tensors_with_shapes(
@@ -209,7 +215,10 @@ def all_gather_tensors_with_shapes(
         >>> idist.all_gather_tensors_with_shapes(mine, [[], [2, 3]])
         [tensor(7.), tensor([[1., 1., 1.], [1., 1., 1.]])]   # on each of 2 ranks
     """
-    return current().all_gather_tensors_with_shapes(tensor, shapes, group)
+    model = _state.active  # current(), written out: one call fewer
+    return (model if model.is_current() else _state.resync()).all_gather_tensors_with_shapes(
+        tensor, shapes, group
+    )
 
 
 @overload
@@ -241,7 +250,8 @@ def reduce(tensor: Any, dst: int = 0, op: str = "SUM", group: Group | None = Non
         >>> idist.reduce(idist.get_rank() + 1, dst=0)
         3   # on rank 0 of 2; rank 1 gets 2 (its own value) back
     """
-    return current().reduce(tensor, dst, op, group)
+    model = _state.active  # current(), written out: one call fewer
+    return (model if model.is_current() else _state.resync()).reduce(tensor, dst, op, group)
 
 
 def gather(
@@ -272,7 +282,8 @@ def gather(
         >>> idist.gather(x, dst=0)
         [tensor(5), tensor([[1, 1]])]   # on rank 0 of 2; [] on rank 1
     """
-    return current().gather(tensor, dst, group, same_shape)
+    model = _state.active  # current(), written out: one call fewer
+    return (model if model.is_current() else _state.resync()).gather(tensor, dst, group, same_shape)
 
 
 def scatter(
@@ -309,7 +320,8 @@ def scatter(
         >>> idist.scatter(parts, src=0)
         tensor([0.])   # on rank 0; tensor([1., 1.]) on rank 1
     """
-    return current().scatter(tensors, src, group, out)
+    model = _state.active  # current(), written out: one call fewer
+    return (model if model.is_current() else _state.resync()).scatter(tensors, src, group, out)
 
 
 def reduce_scatter(
@@ -330,7 +342,8 @@ def reduce_scatter(
         >>> idist.reduce_scatter(torch.arange(4.0))
         tensor([0., 2.])   # on rank 0 of 2; tensor([4., 6.]) on rank 1
     """
-    return current().reduce_scatter(tensor, op, group)  # type: ignore[no-any-return]
+    model = _state.active  # current(), written out: one call fewer
+    return (model if model.is_current() else _state.resync()).reduce_scatter(tensor, op, group)  # type: ignore[no-any-return]
 
 
 @overload
@@ -375,4 +388,5 @@ def all_to_all(
         >>> idist.all_to_all(torch.arange(4) + 10 * idist.get_rank())
         tensor([ 0,  1, 10, 11])     # on rank 0 of 2; tensor([ 2,  3, 12, 13]) on rank 1
     """
-    return current().all_to_all(tensors, group, same_shape)
+    model = _state.active  # current(), written out: one call fewer
+    return (model if model.is_current() else _state.resync()).all_to_all(tensors, group, same_shape)

@@ -15,18 +15,33 @@ time.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
 if TYPE_CHECKING:
     from distbridge.algorithms.fast_path import FastPath
-    from distbridge.algorithms.groups import GroupCache
     from distbridge.reliability.ledger import CollectiveLedger
     from distbridge.reliability.stacks import StackWatcher
-    from distbridge.reliability.timed_barrier import StoreBarrier
 
-__all__ = ["ModelContract", "ModelPrimitives"]
+__all__ = ["Groups", "ModelContract", "ModelPrimitives", "TimedBarriers"]
+
+
+class Groups(Protocol):
+    """What the code below the models asks of the group cache (``algorithms/groups.py``'s
+    ``GroupCache``, which imports this module: named here by its shape, no import circle)."""
+
+    def resolve(self, group: object) -> Any: ...
+    def cached(self, ranks: Sequence[int]) -> Any | None: ...
+
+
+class TimedBarriers(Protocol):
+    """What the code below the models asks of the timed barriers
+    (``reliability/timed_barrier.py``'s ``StoreBarrier``, named by its shape as ``Groups``)."""
+
+    def wait(self, members: tuple[int, ...], timeout: float, name: str | None) -> None: ...
+    def abort(self, members: tuple[int, ...], message: str) -> None: ...
 
 
 class ModelPrimitives(Protocol):
@@ -88,17 +103,18 @@ class ModelContract(ModelPrimitives, Protocol):
             timed barriers (None before, and without a coordination store).
     """
 
-    groups: GroupCache
     ledger: CollectiveLedger
     fast_all_to_all: FastPath
     fast_scatter: FastPath
     fast_gather: FastPath
 
     @property
+    def groups(self) -> Groups: ...
+    @property
     def stack_watcher(self) -> StackWatcher | None: ...
     def backend(self) -> str | None: ...
     def all_reduce(self, x: Any, op: str = ..., group: Any = ...) -> Any: ...
-    def timed_barriers(self) -> StoreBarrier | None: ...
+    def timed_barriers(self) -> TimedBarriers | None: ...
     def check_root(self, name: str, root: object, group: Any) -> None: ...
     def to_placement(
         self, tensor: torch.Tensor, device: torch.device | None = None

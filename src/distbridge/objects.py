@@ -22,6 +22,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 import torch
 
+from distbridge import _state
 from distbridge._collectives import all_reduce, broadcast, reduce
 from distbridge._state import current
 from distbridge._types import Group
@@ -57,7 +58,10 @@ def all_gather_object(
         >>> idist.all_gather_object({"rank": idist.get_rank()})
         [{'rank': 0}, {'rank': 1}]   # on each of 2 ranks
     """
-    return current().all_gather_object(obj, group, serializer)
+    model = _state.active  # current(), written out: one call fewer
+    return (model if model.is_current() else _state.resync()).all_gather_object(
+        obj, group, serializer
+    )
 
 
 def gather_object(
@@ -70,7 +74,10 @@ def gather_object(
         >>> idist.gather_object(idist.get_rank() * 10)
         [0, 10]   # on rank 0 of 2; [] on rank 1
     """
-    return current().gather_object(obj, dst, group, serializer)
+    model = _state.active  # current(), written out: one call fewer
+    return (model if model.is_current() else _state.resync()).gather_object(
+        obj, dst, group, serializer
+    )
 
 
 def broadcast_object(
@@ -85,7 +92,10 @@ def broadcast_object(
         >>> idist.broadcast_object({"lr": 0.1} if idist.get_rank() == 0 else None)
         {'lr': 0.1}   # on every rank
     """
-    return current().broadcast_object(obj, src, group, serializer)
+    model = _state.active  # current(), written out: one call fewer
+    return (model if model.is_current() else _state.resync()).broadcast_object(
+        obj, src, group, serializer
+    )
 
 
 def scatter_object(
@@ -100,7 +110,10 @@ def scatter_object(
         >>> idist.scatter_object(["a", "b"] if idist.get_rank() == 0 else None)
         'a'   # on rank 0; 'b' on rank 1
     """
-    return current().scatter_object(objs, src, group, serializer)
+    model = _state.active  # current(), written out: one call fewer
+    return (model if model.is_current() else _state.resync()).scatter_object(
+        objs, src, group, serializer
+    )
 
 
 # ---- dictionaries of metrics ------------------------------------------------------------------

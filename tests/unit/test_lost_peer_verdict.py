@@ -1,6 +1,6 @@
-"""A lost connection that no failure note explains keeps the backend's error type and gains
-the hang verdict (`fail_together.translate_peer_failure`). The real case, Horovod's engine
-shutting down on the survivors of a SIGKILLed rank, runs in
+"""A lost connection that no failure note explains keeps the backend's error type and gains the
+hang verdict (`fail_together.peer_failure`, which every public collective asks). The real
+case, Horovod's engine shutting down on the survivors of a SIGKILLed rank, runs in
 tests/distributed/test_horovod_hang.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from distbridge.reliability.fail_together import translate_peer_failure
+from distbridge.reliability.fail_together import peer_failure
 
 VERDICT = "Hang in all_reduce #4 of the world (train.py:21): ranks 0, 1 are waiting in it."
 
@@ -37,9 +37,15 @@ class _Rank:
         self.asked.append(wait)
         return VERDICT
 
-    @translate_peer_failure
     def _do_all_reduce(self, tensor: Any) -> Any:
-        raise self.error
+        """What a public collective does with its engine's error."""
+        try:
+            raise self.error
+        except RuntimeError as err:
+            failure = peer_failure("all_reduce", err, self)
+            if failure is None:
+                raise
+            raise failure from err
 
 
 def test_a_lost_peer_keeps_the_error_type_and_gains_the_verdict() -> None:

@@ -10,14 +10,18 @@ group resolution and caching, and the error texts.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import math
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final, NamedTuple, TypeVar
 
 import torch
 from typing_extensions import Self
 
+from distbridge._frames import SEEN, outside
 from distbridge._types import Group
 from distbridge.algorithms import all_to_all as _all_to_all
 from distbridge.algorithms import (
@@ -32,8 +36,8 @@ from distbridge.algorithms.checks import check_dense, check_reducible
 from distbridge.algorithms.in_place import divide_, write_back
 from distbridge.algorithms.object_frames import Serializer
 from distbridge.models.surface import NOT_A_MEMBER, ModelSurface
-from distbridge.reliability import debug
-from distbridge.reliability.recording import recorded
+from distbridge.reliability import debug, fail_together
+from distbridge.reliability.ledger import Entry
 from distbridge.reliability.timed_barrier import (
     CompletedBarrier,
     check_barrier_options,
@@ -41,9 +45,116 @@ from distbridge.reliability.timed_barrier import (
     check_timeout,
 )
 
-__all__ = ["NOT_A_MEMBER", "ComputationModel"]
+__all__ = ["NOT_A_MEMBER", "ComputationModel", "Recording", "collective"]
 
 _compiling = torch.compiler.is_compiling  # True while torch.compile traces (Dynamo knows it)
+# Dynamo folds this to True while it traces; eager it is a plain `return False`
+_dynamo_compiling = torch.compiler.is_dynamo_compiling
+_getframe = sys._getframe
+_seen = SEEN.get  # file name -> whether it is distbridge's own; None: not asked yet
+_Tensor = torch.Tensor
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+_NO: Final = object()  # a positional slot of the ledger's wrapper that the caller left empty
+
+
+class Recording(NamedTuple):
+    """How a public collective is recorded in the ledger: `collective`'s arguments."""
+
+    op: str
+    x_at: int
+    group_at: int
+
+
+def collective(op: str, x_at: int, group_at: int) -> Callable[[_Method], _Method]:
+    """Decorate a model's public collective ``op``. Each call is recorded in ``self.ledger``
+    (a sequence number in its group's log, the op, the payload's dtype and shape or type,
+    the caller's code position outside distbridge) and marked passed or raised; an engine
+    error that a failed peer or a hang explains is raised as what
+    `fail_together.peer_failure` makes of it. Under torch.compile (Dynamo tracing) the call
+    goes to the method as it is.
+
+    ``x_at``: the payload's position after ``self`` (0, or -1: none); ``group_at``: the
+    position of ``group``. The method stays reachable as ``__wrapped__``, and these
+    arguments as ``recording``.
+    """
+
+    def decorate(method: _Method) -> _Method:
+        x_name = list(inspect.signature(method).parameters)[1] if x_at == 0 else ""
+
+        def call(self: Any, given: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            """``method`` with the slots that were given (a prefix of them), then the rest."""
+            end = 0
+            while end < len(given) and given[end] is not _NO:
+                end += 1
+            return method(self, *given[:end], **kwargs)
+
+        # Up to four positional arguments arrive in positional-only slots and are passed on
+        # as they came: a third of the cost of packing them into ``*args``.
+        @functools.wraps(method)
+        def wrapper(
+            self: ComputationModel,
+            a0: Any = _NO,
+            a1: Any = _NO,
+            a2: Any = _NO,
+            a3: Any = _NO,
+            /,
+            *args: Any,
+            **kwargs: Any,
+        ) -> Any:
+            if _dynamo_compiling():  # the graph traces the collective: nothing to record
+                return call(self, (a0, a1, a2, a3, *args), kwargs)
+            group = a2 if group_at == 2 else a1 if group_at == 1 else a0 if group_at == 0 else a3
+            if group is _NO:
+                group = kwargs.get("group") if kwargs else None
+            ledger = self.ledger
+            log = ledger.world if group is None else ledger.log_of(group)
+            if log is None:  # not a member, or not a group: the collective says so itself
+                return call(self, (a0, a1, a2, a3, *args), kwargs)
+            # The caller: the facade, whose caller is the user's code most often, or the user.
+            frame = _getframe(1)
+            code = frame.f_code
+            inside = _seen(code.co_filename)
+            if inside:
+                back = frame.f_back
+                if back is not None:
+                    frame, code = back, back.f_code
+                    inside = _seen(code.co_filename) is not False
+            if inside is not False:  # distbridge's, or a file not seen yet
+                frame = outside(frame)
+                code = frame.f_code
+            log.seq = seq = log.seq + 1
+            x = a0 if x_name else None
+            if x is _NO:
+                x = kwargs.get(x_name) if kwargs else None
+            entry: Entry
+            if x.__class__ is _Tensor:
+                entry = (seq, op, x.dtype, x.shape, code, frame.f_lasti)
+            else:
+                entry = (seq, op, x.__class__, None, code, frame.f_lasti)
+            log.ring[seq % log.capacity] = entry
+            try:
+                if args or kwargs or a3 is not _NO:
+                    result = call(self, (a0, a1, a2, a3, *args), kwargs)
+                elif a1 is _NO:
+                    result = method(self) if a0 is _NO else method(self, a0)
+                elif a2 is _NO:
+                    result = method(self, a0, a1)
+                else:
+                    result = method(self, a0, a1, a2)
+            except BaseException as err:
+                failure = fail_together.peer_failure(op, err, self)
+                log.passed = log.seq
+                log.raised[seq % log.capacity] = seq
+                if failure is None:
+                    raise
+                raise failure from err
+            log.passed = log.seq
+            return result
+
+        wrapper.recording = Recording(op, x_at, group_at)  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
 
 
 class ComputationModel(ModelSurface):
@@ -67,7 +178,7 @@ class ComputationModel(ModelSurface):
 
     # ---- public collectives ------------------------------------------------------------------
 
-    @recorded("all_reduce", 0, 2)
+    @collective("all_reduce", 0, 2)
     def all_reduce(self, x: Any, op: str = "SUM", group: Group | None = None) -> Any:
         """Reduce ``x`` across ranks; see ``distbridge.all_reduce``."""
         if self.functional_collectives and _compiling() and isinstance(x, torch.Tensor):
@@ -118,7 +229,7 @@ class ComputationModel(ModelSurface):
             return bool(result)
         return int(result)
 
-    @recorded("all_gather", 0, 1)
+    @collective("all_gather", 0, 1)
     def all_gather(self, x: Any, group: Group | None = None) -> Any:
         """Gather ``x`` from every rank; see ``distbridge.all_gather``."""
         if self.functional_collectives and _compiling() and isinstance(x, torch.Tensor):
@@ -135,7 +246,7 @@ class ComputationModel(ModelSurface):
             return x
         return values.gather_values(self, x, resolved)
 
-    @recorded("broadcast", 0, 3)
+    @collective("broadcast", 0, 3)
     def broadcast(
         self, x: Any, src: int = 0, safe_mode: bool = False, group: Group | None = None
     ) -> Any:
@@ -167,7 +278,7 @@ class ComputationModel(ModelSurface):
             return x
         return values.broadcast_value(self, x if is_src else None, src, resolved)
 
-    @recorded("barrier", -1, 0)
+    @collective("barrier", -1, 0)
     def barrier(
         self,
         group: Group | None = None,
@@ -208,7 +319,7 @@ class ComputationModel(ModelSurface):
         """A group of ``ranks``, created once per distinct rank set and options, then reused."""
         return self.groups.get(ranks, **kwargs)
 
-    @recorded("all_gather_tensors_with_shapes", 0, 2)
+    @collective("all_gather_tensors_with_shapes", 0, 2)
     def all_gather_tensors_with_shapes(
         self, tensor: torch.Tensor, shapes: Sequence[Sequence[int]], group: Group | None = None
     ) -> list[torch.Tensor]:
@@ -218,7 +329,7 @@ class ComputationModel(ModelSurface):
             self._check_collective("all_gather_tensors_with_shapes", group, x=tensor, shapes=shapes)
         return reduce_gather_scatter.all_gather_with_shapes(self, tensor, shapes, group)
 
-    @recorded("reduce", 0, 3)
+    @collective("reduce", 0, 3)
     def reduce(self, x: Any, dst: int = 0, op: str = "SUM", group: Group | None = None) -> Any:
         """Reduce onto ``dst``; see ``distbridge.reduce``."""
         if self.functional_collectives and _compiling() and isinstance(x, torch.Tensor):
@@ -227,7 +338,7 @@ class ComputationModel(ModelSurface):
             self._check_collective("reduce", group, x=x, dst=dst, op=op)
         return reduce_gather_scatter.reduce(self, x, dst, op, group)
 
-    @recorded("gather", 0, 2)
+    @collective("gather", 0, 2)
     def gather(
         self, x: Any, dst: int = 0, group: Group | None = None, same_shape: bool = False
     ) -> list[Any]:
@@ -243,7 +354,7 @@ class ComputationModel(ModelSurface):
                 return got
         return reduce_gather_scatter.gather(self, x, dst, group, same_shape)
 
-    @recorded("scatter", 0, 2)
+    @collective("scatter", 0, 2)
     def scatter(
         self, tensors: Any, src: int = 0, group: Group | None = None, out: Any = None
     ) -> Any:
@@ -260,7 +371,7 @@ class ComputationModel(ModelSurface):
                 return sent
         return reduce_gather_scatter.scatter(self, tensors, src, group, out)
 
-    @recorded("reduce_scatter", 0, 2)
+    @collective("reduce_scatter", 0, 2)
     def reduce_scatter(self, tensor: Any, op: str = "SUM", group: Group | None = None) -> Any:
         """Reduce, then give rank r chunk r; see ``distbridge.reduce_scatter``."""
         if self.functional_collectives and _compiling() and isinstance(tensor, torch.Tensor):
@@ -269,7 +380,7 @@ class ComputationModel(ModelSurface):
             self._check_collective("reduce_scatter", group, x=tensor, op=op)
         return reduce_gather_scatter.reduce_scatter(self, tensor, op, group)
 
-    @recorded("all_to_all", 0, 1)
+    @collective("all_to_all", 0, 1)
     def all_to_all(
         self, tensors: Any, group: Group | None = None, same_shape: bool = False
     ) -> list[torch.Tensor] | torch.Tensor:
@@ -287,7 +398,7 @@ class ComputationModel(ModelSurface):
                 return got
         return _all_to_all.all_to_all(self, tensors, group, same_shape)
 
-    @recorded("all_gather_object", 0, 1)
+    @collective("all_gather_object", 0, 1)
     def all_gather_object(
         self, obj: Any, group: Group | None = None, serializer: Serializer | None = None
     ) -> list[Any]:
@@ -296,7 +407,7 @@ class ComputationModel(ModelSurface):
             self._check_collective("all_gather_object", group)
         return object_collectives.all_gather_object(self, obj, group, serializer)
 
-    @recorded("gather_object", 0, 2)
+    @collective("gather_object", 0, 2)
     def gather_object(
         self,
         obj: Any,
@@ -309,7 +420,7 @@ class ComputationModel(ModelSurface):
             self._check_collective("gather_object", group, dst=dst)
         return object_collectives.gather_object(self, obj, dst, group, serializer)
 
-    @recorded("broadcast_object", 0, 2)
+    @collective("broadcast_object", 0, 2)
     def broadcast_object(
         self,
         obj: Any,
@@ -322,7 +433,7 @@ class ComputationModel(ModelSurface):
             self._check_collective("broadcast_object", group, src=src)
         return object_collectives.broadcast_object(self, obj, src, group, serializer)
 
-    @recorded("scatter_object", 0, 2)
+    @collective("scatter_object", 0, 2)
     def scatter_object(
         self,
         objs: Any,

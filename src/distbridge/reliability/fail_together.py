@@ -16,26 +16,25 @@ see `Connections`; NCCL: aborts its process groups; Horovod: shuts its engine do
 stops the engine of every rank), so its peers' collectives fail at once even while its
 process lingers (a non-daemon thread, a hung ``atexit``). A rank that leaves the job
 normally (``finalize``) marks itself as gone instead. When a primitive then fails on another
-rank (gloo: "Connection closed by peer"; Horovod: "Horovod has been shut down"),
-`translate_peer_failure` reads the note (the copy the rank's failure watcher keeps, else the
-store) and raises `PeerFailed` naming the failed rank, or names the rank that left while
-this one still waited for it, and aborts that rank's communicator in turn, so the ranks that
-wait for it fail too. A lost connection that no note explains (a peer killed where no
-``spawn`` parent writes its note: Horovod's engine then shuts down on every rank) keeps the
-backend's error type, with the hang verdict added, which names the rank that did not answer.
-While nothing fails, the collectives pay one ``try``; the watcher (`failure_watch`) sends
-nothing.
+rank (gloo: "Connection closed by peer"; Horovod: "Horovod has been shut down"), the model's
+public collective asks `peer_failure`, which reads the note (the copy the rank's failure
+watcher keeps, else the store) and gives the `PeerFailed` to raise, naming the failed rank,
+or the rank that left while this one still waited for it, and aborts this rank's
+communicator in turn, so the ranks that wait for it fail too. A lost connection that no note
+explains (a peer killed where no ``spawn`` parent writes its note: Horovod's engine then
+shuts down on every rank) keeps the backend's error type, with the hang verdict added, which
+names the rank that did not answer. While nothing fails, the collectives pay one ``try``;
+the watcher (`failure_watch`) sends nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from torch._C._distributed_c10d import PrefixStore  # where torch defines it
 from torch.distributed import distributed_c10d as c10d
@@ -52,11 +51,11 @@ __all__ = [
     "failure_key",
     "job_root",
     "leave",
+    "peer_failure",
     "read_failure",
     "record_failure",
     "store_ports",
     "summarize",
-    "translate_peer_failure",
     "wake_key",
 ]
 
@@ -78,7 +77,6 @@ _CONNECTION_LOST = (
 )
 _LEFT_KEY = "distbridge/left/{rank}"
 
-_Method = TypeVar("_Method", bound=Callable[..., Any])
 Teardown = Callable[[], object]
 
 
@@ -350,25 +348,18 @@ def _peer_failure(op: str, err: RuntimeError, owner: Any) -> PeerFailed | None:
     return PeerFailed(rank, summary, f"{where}; rank {rank}'s own error says why.")
 
 
-def translate_peer_failure(method: _Method) -> _Method:
-    """Decorate a native ``_do_*`` primitive: a backend error caused by a failed peer becomes
-    `PeerFailed`; any other error passes unchanged. Costs a ``try`` when nothing fails."""
-    op = method.__name__.removeprefix("_do_").removesuffix("_with")  # _do_barrier_with too
-
-    @functools.wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(*args, **kwargs)
-        except DistributedError:  # ours already (a nested primitive translated it)
-            raise
-        except RuntimeError as err:
-            owner = args[0] if args else None
-            failure = _explained(op, err, owner, _peer_failure(op, err, owner))
-            if failure is None:
-                raise
-            if isinstance(owner, Abortable):  # the ranks waiting for this one fail too
-                with contextlib.suppress(Exception):
-                    owner.abort_communicator()
-            raise failure from err
-
-    return wrapper  # type: ignore[return-value]
+def peer_failure(op: str, err: BaseException, owner: object) -> BaseException | None:
+    """What to raise instead of ``err``, raised by the engine in ``op``: `PeerFailed` naming
+    the failed peer, or the backend's error or `CollectiveTimeout` with the hang verdict;
+    None when nothing explains it (then ``err`` stands). Aborts this rank's communicator when
+    a peer failed, so that the ranks waiting for this one fail too. Only backend errors
+    (``RuntimeError``, not distbridge's own) of a model that fails together are looked at."""
+    if not isinstance(err, RuntimeError) or isinstance(err, DistributedError):
+        return None
+    if not isinstance(owner, (Abortable, Explains)):  # the serial and XLA models
+        return None
+    failure: BaseException | None = _explained(op, err, owner, _peer_failure(op, err, owner))
+    if failure is not None and isinstance(owner, Abortable):
+        with contextlib.suppress(Exception):
+            owner.abort_communicator()
+    return failure

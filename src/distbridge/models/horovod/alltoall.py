@@ -12,7 +12,6 @@ from typing_extensions import override
 
 from distbridge.models._primitives import BackendPrimitives
 from distbridge.models.horovod import dtypes as hvd_dtypes
-from distbridge.reliability import fail_together
 
 __all__ = ["HorovodAllToAll"]
 
@@ -27,14 +26,12 @@ class HorovodAllToAll(BackendPrimitives):
             """The Horovod process set of ``group`` (None: the world's)."""
 
     @override
-    @fail_together.translate_peer_failure
     def _do_all_to_all(
         self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
     ) -> torch.Tensor:
         return self._alltoall(data.reshape(-1, 1), in_splits, group).reshape(-1)
 
     @override
-    @fail_together.translate_peer_failure
     def _do_all_to_all_even(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
         # One element a row, as _do_all_to_all sends: Horovod refuses rows of different
         # shapes across ranks, and another rank may send the same chunks through that path
@@ -44,7 +41,6 @@ class HorovodAllToAll(BackendPrimitives):
         return self._alltoall(rows, [rows.shape[0] // size] * size, group).reshape(tensor.shape)
 
     @override
-    @fail_together.translate_peer_failure
     def _do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:
         members = self._group_members(group)
         to_dst = [int(rank == dst) for rank in members]
@@ -52,7 +48,6 @@ class HorovodAllToAll(BackendPrimitives):
         return list(rows.unbind(0)) if self.get_rank() == dst else None
 
     @override
-    @fail_together.translate_peer_failure
     def _do_scatter(
         self, chunks: list[torch.Tensor] | None, out: torch.Tensor, src: int, group: Any
     ) -> torch.Tensor:

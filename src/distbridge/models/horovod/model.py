@@ -36,7 +36,7 @@ from distbridge.models.horovod.runtime import (
     mpi_outlives_shutdown,
     unavailable,
 )
-from distbridge.reliability import coordination, fail_together
+from distbridge.reliability import coordination
 from distbridge.reliability.debug import debug_flag
 
 __all__ = ["HorovodModel"]
@@ -218,7 +218,6 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
         return self._world_set if group is None else group
 
     @override
-    @fail_together.translate_peer_failure
     def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
         dtype = tensor.dtype
         if op == "ADASUM":
@@ -276,7 +275,6 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
             )
 
     @override
-    @fail_together.translate_peer_failure
     def _do_all_gather(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
         ps = self._set(group)
         ops = self._mpi_ops
@@ -287,7 +285,6 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
         return hvd_dtypes.as_received(out, tensor)
 
     @override
-    @fail_together.translate_peer_failure
     def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
         # hvd.reducescatter sums (or averages floats) the dtypes Horovod reduces; the base
         # class emulates the rest over _do_all_reduce.
@@ -302,7 +299,6 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
         return out
 
     @override
-    @fail_together.translate_peer_failure
     def _do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor:
         ps = self._set(group)
         moved = tensor.dtype in hvd_dtypes.MOVED
@@ -327,7 +323,6 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
         return self._store
 
     @override
-    @fail_together.translate_peer_failure
     def _do_barrier(self, group: Any) -> None:
         self._hvd.barrier(process_set=self._set(group))
 

@@ -98,7 +98,7 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
         self._takes_cpu = "cpu" in self._device_types
         # The ReduceOp of (dtype, op) on this backend; None: folded from an all-gather (NCCL
         # has no bitwise ones). One rule for all_reduce, reduce and reduce_scatter.
-        self._torch_op = ops.torch_ops(backend)
+        self._torch_ops = ops.TorchOps(backend)
 
     # ---- class level -----------------------------------------------------------------------
 
@@ -233,16 +233,14 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
         return tensor.device if tensor.device.type in self._device_types else _CPU
 
     @override
-    @fail_together.translate_peer_failure
     def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        torch_op = self._torch_op(tensor.dtype, op)
+        torch_op = self._torch_ops[tensor.dtype, op]
         if torch_op is None:
             return tensor.copy_(all_reduce_by_fold(self, tensor, op, group))
         dist.all_reduce(tensor, op=torch_op, group=group)
         return tensor
 
     @override
-    @fail_together.translate_peer_failure
     def _do_all_gather(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
         size = self._group_size(group)
         out = tensor.new_empty((size * tensor.shape[0], *tensor.shape[1:]))
@@ -250,13 +248,11 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
         return out
 
     @override
-    @fail_together.translate_peer_failure
     def _do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor:
         dist.broadcast(tensor, src=src, group=group)
         return tensor
 
     @override
-    @fail_together.translate_peer_failure
     def _do_all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor, group: Any) -> None:
         slot = tensor.numel()
         if self._backend != "gloo" or slot * tensor.element_size() < _SLOT_BROADCAST_BYTES:
@@ -280,16 +276,14 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
         return self.groups.get(ranks, backend="gloo"), _CPU
 
     @override
-    @fail_together.translate_peer_failure
     def _do_reduce(self, tensor: torch.Tensor, dst: int, op: str, group: Any) -> torch.Tensor:
-        torch_op = self._torch_op(tensor.dtype, op)
+        torch_op = self._torch_ops[tensor.dtype, op]
         if torch_op is None:  # folded from an all-gather, as all_reduce does
             return self._do_all_reduce(tensor, op, group)
         dist.reduce(tensor, dst=dst, op=torch_op, group=group)
         return tensor
 
     @override
-    @fail_together.translate_peer_failure
     def _do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:
         is_dst = self._layout.rank == dst
         sent = torch.view_as_real(tensor) if tensor.is_complex() else tensor  # gloo: no complex
@@ -300,7 +294,6 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
         return [torch.view_as_complex(p) for p in parts]
 
     @override
-    @fail_together.translate_peer_failure
     def _do_scatter(
         self, chunks: list[torch.Tensor] | None, out: torch.Tensor, src: int, group: Any
     ) -> torch.Tensor:
@@ -308,9 +301,8 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
         return out
 
     @override
-    @fail_together.translate_peer_failure
     def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        torch_op = self._torch_op(tensor.dtype, op)  # None: the emulation, over all_reduce
+        torch_op = self._torch_ops[tensor.dtype, op]  # None: the emulation, over all_reduce
         if "reduce_scatter" not in self._emulated and torch_op is not None:
             out = tensor.new_empty((tensor.shape[0] // self._group_size(group), *tensor.shape[1:]))
             try:
@@ -321,7 +313,6 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
         return super()._do_reduce_scatter(tensor, op, group)
 
     @override
-    @fail_together.translate_peer_failure
     def _do_all_to_all(
         self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
     ) -> torch.Tensor:
@@ -337,7 +328,6 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
         return super()._do_all_to_all(data, in_splits, out_splits, group)
 
     @override
-    @fail_together.translate_peer_failure
     def _do_all_to_all_even(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
         if "all_to_all" not in self._emulated:  # no flat view, no view back: each costs
             out = torch.empty_like(tensor)
@@ -377,7 +367,6 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
         self._do_barrier_with(group, False, None)
 
     @override
-    @fail_together.translate_peer_failure
     def _do_barrier_with(self, group: Any, async_op: bool, device_ids: list[int] | None) -> Any:
         """torch's barrier; ``device_ids`` reach backends that communicate accelerator tensors
         only (NCCL, XCCL: the others have no devices to name), which default to this rank's."""

@@ -7,7 +7,6 @@ path of torch.compile; all_reduce, reduce and reduce_scatter ask it alike.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,9 +16,9 @@ from distbridge.algorithms.c10d_rules import backend_op
 
 __all__ = [
     "NON_MEMBER",
+    "TorchOps",
     "all_gather_single",
     "reduce_scatter_single",
-    "torch_ops",
 ]
 
 _OPS: dict[str, Any] = {}
@@ -41,22 +40,17 @@ if dist.is_available():
     NON_MEMBER = dist.GroupMember.NON_GROUP_MEMBER
 
 
-TorchOp = Callable[[torch.dtype, str], Any]
-
-
-def torch_ops(backend: str) -> TorchOp:
-    """``torch_op(dtype, op)`` for ``backend``: the ``dist.ReduceOp`` that reduces tensors of
-    ``dtype`` by the canonical ``op`` exactly there; None where the backend has none and the
+class TorchOps(dict[tuple[torch.dtype, str], Any]):
+    """``ops[(dtype, op)]``: the ``dist.ReduceOp`` that reduces tensors of ``dtype`` by the
+    canonical ``op`` exactly on ``backend``; None where the backend has none and the
     reduction is folded (``c10d_rules.backend_op``: a complex PRODUCT, AND / OR on NCCL).
-    Remembered per dtype and op: a training loop asks it once."""
-    known: dict[tuple[torch.dtype, str], Any] = {}
+    A dict: a training loop asks each key once, then reads it at a dict's cost."""
 
-    def torch_op(dtype: torch.dtype, op: str) -> Any:
-        try:
-            return known[(dtype, op)]
-        except KeyError:
-            name = backend_op(backend, dtype, op)
-            answer = known[(dtype, op)] = None if name is None else _OPS[name]
-            return answer
+    def __init__(self, backend: str) -> None:
+        super().__init__()
+        self.backend = backend
 
-    return torch_op
+    def __missing__(self, key: tuple[torch.dtype, str]) -> Any:
+        name = backend_op(self.backend, *key)
+        answer = self[key] = None if name is None else _OPS[name]
+        return answer
