@@ -54,6 +54,7 @@ def train(
     time_budget: float | None = None,
     sleep: float = 0.0,
     save_every: int = 0,
+    strategy: str = "ddp",
 ) -> dict[str, Any]:
     """Train to ``total`` steps (resuming from ``run_dir``); rank ``kill_rank`` sends itself
     ``signame`` after step ``kill_at`` (0: before the first step) in a fresh run only.
@@ -61,10 +62,11 @@ def train(
     ``fault``: ``twice`` (two signals in a row), ``write`` (the signal arrives during the
     periodic checkpoint's write at ``save_every``), ``die_writing`` (rank 0 dies inside that
     write), ``die_in_stop`` (rank ``kill_rank`` dies in the agreed checkpoint).
+    ``strategy``: auto_model's (``ddp`` or ``fsdp``).
     """
     rank = idist.get_rank()
     torch.manual_seed(0)
-    model = idist.auto_model(torch.nn.Linear(4, 1))
+    model = idist.auto_model(torch.nn.Linear(4, 1), strategy=strategy)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     start = idist.resume(run_dir, model, optimizer)["step"]
     record: dict[str, Any] = {"rank": rank, "start": start, "losses": {}, "stop": None}
@@ -97,7 +99,9 @@ def train(
                         _die_in_state_dict(model)
                     stop.checkpoint_and_exit(step, model, optimizer)
     finally:
-        record["params"] = [p.detach().flatten().tolist() for p in model.parameters()]
+        record["sharded"] = all(hasattr(p, "full_tensor") for p in model.parameters())
+        full = [getattr(p, "full_tensor", p.detach)() for p in model.parameters()]  # FSDP2
+        record["params"] = [p.detach().flatten().tolist() for p in full]
         with (Path(run_dir) / f"rank{rank}.jsonl").open("a") as out:
             out.write(json.dumps(record) + "\n")
     return record

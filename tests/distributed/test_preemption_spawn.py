@@ -124,3 +124,16 @@ def test_a_time_budget_stops_both_at_one_step(tmp_path: Path) -> None:
     stops = [runs[0]["stop"] for runs in _runs(tmp_path)]
     assert stops[0] == stops[1] and stops[0] % 5 == 0
     assert _complete(tmp_path) == [f"step-{stops[0]:09d}.pt"]
+
+
+def test_fsdp2_stops_together_and_resumes_under_ddp(tmp_path: Path, straight: Any) -> None:
+    """The agreed checkpoint of an FSDP2 job (sharded parameters, gathered by
+    save_checkpoint) resumes under DDP and ends where the uninterrupted DDP run ends."""
+    _spawn(tmp_path, 7, strategy="fsdp")
+    assert [(runs[0]["stop"], runs[0]["sharded"]) for runs in _runs(tmp_path)] == [(10, True)] * 2
+    assert _complete(tmp_path) == ["step-000000010.pt"]
+    _spawn(tmp_path)
+    for rank, runs in enumerate(_runs(tmp_path)):
+        assert runs[-1]["start"] == 10
+        want = straight[rank]["params"]
+        assert runs[-1]["params"] == [pytest.approx(p, rel=1e-5, abs=1e-6) for p in want]
