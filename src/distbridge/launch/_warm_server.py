@@ -1,7 +1,8 @@
 """Imported by the warm starter's server only (the last of `warm_start.PRELOAD`): the report
-signal leaves the server running. ``pkill -USR2 -f train.py`` reaches it too (its command
-line names the main script), and every worker, a fork of it, dies with it. Its workers set
-their own handler first thing (`hang_signals.answer_report_signal`)."""
+signal leaves the server running, as a ``pkill -USR2 -f`` that matches its command line
+(which lists the script's folder, in ``sys_path``) would otherwise end it, and every worker
+(a fork of it) with it. Its workers set their own handler first thing
+(`hang_signals.answer_report_signal`)."""
 
 from __future__ import annotations
 
