@@ -129,6 +129,7 @@ def horovod(session: nox.Session) -> None:
         "python", "-m", "pytest", "tests/distributed/test_horovod.py",
         "tests/distributed/test_horovod_fail_together.py",
         "tests/distributed/test_horovod_hang.py",
+        "tests/distributed/test_mismatch_verdict.py",
         "tests/distributed/test_differential_engines.py",
         "tests/distributed/test_launchers.py::test_horovodrun_gloo_initializes_native_gloo",
         *session.posargs,

@@ -57,7 +57,7 @@ def assert_rank_2_behind(text: str, after: str, op: str = "all_reduce", at: str 
 def assert_diverged(text: str) -> None:
     """The verdict of the ``diverge`` mode: rank 1 called another collective at #4."""
     assert (
-        f"rank 1 called all_gather ({site('odd')}) where ranks 0, 2 called all_reduce "
+        f"rank 1 of 3 called all_gather ({site('odd')}) where ranks 0, 2 called all_reduce "
         f"({site('fourth')}) at #4 of the world: the ranks diverged" in text
     ), text
 

@@ -99,7 +99,7 @@ def test_the_verdict_names_who_is_behind(job: Job) -> None:
         assert list(found.waiting) == front_waiting
         assert dict(found.behind) == behind
         for rank, last in behind.items():
-            said = next(line for line in found.text.splitlines() if f"rank {rank} " in line)
+            said = next(line for line in found.text.splitlines()[1:] if f"rank {rank} " in line)
             if last:
                 assert (
                     f"#{last} (train.py:{100 + 10 * last + OPS.index(job.program[last - 1])})"
@@ -152,6 +152,8 @@ def test_ranks_that_raised_in_the_collective_reached_it() -> None:
     )
     assert found.kind == "hang" and found.waiting == (0, 1) and dict(found.behind) == {2: 1}
     assert found.text.splitlines() == [
+        "rank 2 of 3 is stuck at train.py:7 in load; ranks 0, 1 wait in all_reduce #2 "
+        "(train.py:2).",
         "Hang in all_reduce #2 of the world (train.py:2): ranks 0, 1 entered it, and it raised "
         "on rank 0.",
         "rank 2 did not reach it: its last collective was #1 (train.py:1); it is at train.py:7 "

@@ -1,8 +1,12 @@
 """The parent's view of a started worker, and what it says when workers fail: the error
-that names the first worker that failed by itself, with one line from each of the others."""
+that names the first worker that failed by itself, with one line from each of the others.
+Where a hang verdict names the rank at fault (in a worker's error or from the ledgers), its
+line comes first, and the traceback keeps the user's frames."""
 
 from __future__ import annotations
 
+import os
+import re
 import reprlib
 import signal
 from dataclasses import dataclass
@@ -10,14 +14,20 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+import torch
+
+from distbridge._frames import inside
 from distbridge.errors import WorkerFailedError
 from distbridge.launch._main_module import REIMPORT_EXIT_CODE, REIMPORT_PROBLEM
+from distbridge.reliability.verdict import headline
 
 __all__ = ["SHORT_REPR", "Report", "Worker", "death", "failure", "sentence"]
 
 SHORT_REPR = reprlib.Repr()  # repr() shortened for messages
 SHORT_REPR.maxother = SHORT_REPR.maxstring = 160
 
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_ENTRY = re.compile(r'^  File "', re.MULTILINE)  # a frame of a traceback
 #: Added when the first worker died of SIGABRT: gloo aborts the process on such a mismatch.
 _ABORT_HINT = (
     " SIGABRT in a worker usually means the ranks called different collectives (another "
@@ -58,12 +68,15 @@ def failure(
     has_own = first.report is not None and first.report[2] == "CollectiveTimeout"
     if verdict and not has_own:  # a worker's own verdict was made when it timed out: better
         stopped += f"\n\nFrom the ranks' collective ledgers:\n{verdict}"
+    said = [w.report[3] for w in (first, *workers) if w.report and w.report[0] == "error"]
+    culprit = next(filter(None, map(headline, [*said, verdict or ""])), None)
+    lead = f"{sentence(culprit)}\n" if culprit else ""
     if first.report is not None:
         _, worker_traceback, type_name, message = first.report
         raised = f"{type_name}: {message}" if message else type_name
         return WorkerFailedError(
-            f"{sentence(f'{first.describe()} raised {raised}')} {stopped}{others}\n\n"
-            f"Traceback of rank {first.rank}:\n{worker_traceback}",
+            f"{lead}{sentence(f'{first.describe()} raised {raised}')} {stopped}{others}\n\n"
+            f"{_traceback(first.rank, worker_traceback, bool(culprit))}",
             rank=first.rank,
             local_rank=first.index,
             exitcode=None,
@@ -74,14 +87,34 @@ def failure(
     if exitcode == REIMPORT_EXIT_CODE:
         summary = f"{first.describe()} exited while starting: {REIMPORT_PROBLEM}."
     else:
-        hint = _ABORT_HINT if exitcode == -signal.SIGABRT else ""
+        hint = _ABORT_HINT if exitcode == -signal.SIGABRT and not culprit else ""
         summary = f"{first.describe()} {death(first)}.{hint}"
     return WorkerFailedError(
-        f"{summary} {stopped}{others}",
+        f"{lead}{summary} {stopped}{others}",
         rank=first.rank,
         local_rank=first.index,
         exitcode=exitcode,
         peer_reports=reports,
+    )
+
+
+def _traceback(rank: int, worker_traceback: str, short: bool) -> str:
+    """The worker's traceback; ``short`` (a victim of the rank at fault): only the frames of
+    the user's code in the last one (the message is above), where it has some."""
+    last = worker_traceback.rsplit("Traceback (most recent call last):\n", 1)[-1]
+    starts = [m.start() for m in _ENTRY.finditer(last)]
+    entries = [last[a:b] for a, b in zip(starts, [*starts[1:], len(last)], strict=False)]
+    paths = [entry[8 : entry.find('"', 8)] for entry in entries]
+    mine = [
+        e for e, p in zip(entries, paths, strict=True) if not (inside(p) or p.startswith(_TORCH))
+    ]
+    if not (short and mine):
+        return f"Traceback of rank {rank}:\n{worker_traceback}"
+    *frames, end = mine
+    end = "".join(line for line in end.splitlines(True) if line.startswith(("  File", "    ")))
+    return (
+        f"Where rank {rank} raised it, in your code (the whole traceback: the error's "
+        f"worker_traceback):\n{''.join(frames)}{end}"
     )
 
 

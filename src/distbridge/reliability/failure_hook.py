@@ -21,6 +21,7 @@ from distbridge.reliability.fail_together import (
     record_failure,
     summarize,
 )
+from distbridge.reliability.hang_report import record_for_launcher
 
 __all__ = ["install_excepthook", "uninstall_excepthook"]
 
@@ -47,6 +48,7 @@ class _FailureHook:
     def __call__(
         self, kind: type[BaseException], exc: BaseException, tb: TracebackType | None
     ) -> Any:
+        record_for_launcher(exc)  # torchrun's summary names the rank at fault
         with contextlib.suppress(Exception):  # no process group any more: nobody to tell
             store = self.store_of()
             if store is not None:

@@ -3,8 +3,10 @@
 A `Reporter` is a daemon thread per rank. Every half second it
 
 - publishes this rank's ledger (its last entries per group) under ``hang/ledger/<rank>``
-  when it changed, so that a rank that can no longer answer (killed, or stuck in C while
-  holding the GIL) is still described by what it last published;
+  when it changed (and once more at ``finalize``), so that a rank that can no longer answer
+  (killed, or stuck in C while holding the GIL) is still described by what it last
+  published, with the path of the file faulthandler writes if the process dies of a signal
+  (``"fault"``: `distbridge.reliability.stacks.died_in` reads it);
 - answers verdict requests: ``hang/requests`` counts them, and request ``n`` is answered
   under ``hang/<n>/<rank>`` with the ledger and where the main thread is now.
 
@@ -44,7 +46,8 @@ from distbridge.reliability.fail_together import job_root
 from distbridge.reliability.job_cards import write_card
 from distbridge.reliability.ledger import CollectiveLedger
 from distbridge.reliability.liveness import while_current
-from distbridge.reliability.verdict import RankReport, Record
+from distbridge.reliability.stacks import died_in, disable_fault_dump, enable_fault_dump
+from distbridge.reliability.verdict import RankReport, Record, headline
 
 __all__ = [
     "DIR_ENV_VAR",
@@ -55,6 +58,7 @@ __all__ = [
     "answer_key",
     "as_report",
     "ledger_key",
+    "record_for_launcher",
     "report",
     "start_reporter",
     "where_now",
@@ -156,11 +160,14 @@ def report(
 def as_report(
     data: Mapping[str, Any], answered: bool, note: str = "", asked: bool = True
 ) -> RankReport:
-    """A report as `report` made it (JSON), read back for the verdict."""
+    """A report as `report` made it (JSON), read back for the verdict; for a rank that did
+    not answer, where its fault dump says it died."""
     records = tuple(Record.from_dict(r) for r in data.get("records", ()))
     where = data.get("where") if answered else None
     engine = engine_records(data.get("engine"))
-    return RankReport(int(data["rank"]), records, where, answered, note, asked, engine)
+    fault = data.get("fault")
+    died = died_in(fault) if isinstance(fault, str) and not answered else None
+    return RankReport(int(data["rank"]), records, where, answered, note, asked, engine, died)
 
 
 class Reporter:
@@ -199,6 +206,9 @@ class Reporter:
         self._dir = os.environ.get(DIR_ENV_VAR) or None
         if self._dir:
             os.makedirs(self._dir, exist_ok=True)
+        self._fault = enable_fault_dump()
+        self._lock = threading.Lock()  # one store call at a time: the thread's, or stop's
+        self._publish()  # the fault file's path, before the first collective
         self._seen = int(root.add(REQUEST_KEY, 0))
         if world_size:
             root.set(WORLD_KEY, str(world_size))
@@ -206,9 +216,16 @@ class Reporter:
         self._thread.start()
         _running.add(self)
 
-    def stop(self) -> None:
-        """End the thread (``finalize``)."""
+    def stop(self, publish: bool = False) -> None:
+        """End the thread; ``publish`` (``finalize``): publish the ledger (and write the dump
+        file) as it ends."""
         self._stopped.set()
+        if publish:
+            with contextlib.suppress(Exception), self._lock:
+                if self._dir:
+                    write_report(self._dir, self._rank, report(self._rank, self._ledger))
+                self._publish()
+        disable_fault_dump()
 
     def join(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for the thread to end (after ``stop``)."""
@@ -218,9 +235,14 @@ class Reporter:
     def _run(self) -> None:
         while not self._stopped.wait(POLL_SECONDS) and self._alive():
             try:
-                self._tick()
+                with self._lock:
+                    self._tick()
             except Exception:  # the store is gone: the job ended
                 return
+
+    def _publish(self) -> None:
+        data = {"rank": self._rank, "records": _tail(self._ledger), "fault": self._fault}
+        self._store.set(ledger_key(self._rank), json.dumps(data))
 
     def _tick(self) -> None:
         count = int(self._store.add(REQUEST_KEY, 0))
@@ -233,8 +255,7 @@ class Reporter:
         changed = version != self._published
         if changed:
             self._published = version
-            data = {"rank": self._rank, "records": _tail(self._ledger)}
-            self._store.set(ledger_key(self._rank), json.dumps(data))
+            self._publish()
         now = time.monotonic()
         if self._dir and (changed or now - self._written >= REWRITE_SECONDS):
             self._written = now
@@ -248,6 +269,25 @@ class Reporter:
         if read is None or read[0] != version or now - read[1] >= ENGINE_REFRESH_SECONDS:
             read = self._engine_read = (version, now, engine_part(self._engine, SHOWN))
         return read[2]
+
+
+def record_for_launcher(exc: BaseException | None) -> None:
+    """Under torchrun, where ``exc`` (the error this rank ends with) carries a verdict, write
+    it to the rank's error file (``TORCHELASTIC_ERROR_FILE``) with the line naming the rank
+    at fault first: torchrun's summary, the last thing it prints, then shows that line. A
+    file already there (``@record``'s) is left alone."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    culprit = headline(str(exc)) if exc is not None else None
+    if not path or culprit is None or os.path.exists(path):
+        return
+    said = f"{type(exc).__name__}: {exc}"
+    stamp = str(int(time.time()))
+    data = {
+        "message": said,
+        "extraInfo": {"py_callstack": f"{culprit}\n{said}", "timestamp": stamp},
+    }
+    with contextlib.suppress(OSError), open(path, "w", encoding="utf-8") as out:
+        json.dump({"message": data}, out)
 
 
 def write_report(directory: str, rank: int, data: Mapping[str, Any]) -> str:

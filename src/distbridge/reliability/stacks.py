@@ -2,39 +2,146 @@
 
 A hung job is diagnosed by where each rank is stuck. ``dump`` writes this process's
 stacks to the ``distbridge`` logger (WARNING; without logging configured, Python prints
-it on stderr). A ``StackWatcher`` is a daemon thread that polls the coordination store
-once a second and dumps this rank's stacks when another rank asks (``request``): the
-rank whose barrier timed out, or one that called ``distbridge.dump_stacks()``.
+it on stderr), without distbridge's own daemon threads. A ``StackWatcher`` is a daemon
+thread that polls the coordination store once a second and dumps this rank's stacks when
+another rank asks (``request``): the rank whose barrier timed out, or one that called
+``distbridge.dump_stacks()``.
+
+A process that dies of a signal (gloo aborts a rank that receives another size than it
+expects) runs no Python: `enable_fault_dump` has faulthandler write every thread's stack to
+a file then, and `died_in` reads from it which collective the main thread was in.
 """
 
 from __future__ import annotations
 
 import contextlib
 import faulthandler
+import glob
 import logging
 import os
+import re
 import socket
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
-__all__ = ["StackWatcher", "dump", "format_stacks"]
+from distbridge._frames import inside
+from distbridge.reliability.job_cards import card_dir
+
+__all__ = [
+    "StackWatcher",
+    "died_in",
+    "disable_fault_dump",
+    "dump",
+    "enable_fault_dump",
+    "format_stacks",
+]
 
 LOG = logging.getLogger("distbridge")
 #: the store counter of dump requests, and the key holding why the last one was made
 REQUEST_KEY = "stacks/requests"
 REASON_KEY = "stacks/reason"
 POLL_SECONDS = 1.0
+_THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+)", re.MULTILINE)
+_FRAME = re.compile(r'^  File "(.*)", line (\d+) in (.*)$', re.MULTILINE)
+_fault_file: IO[str] | None = None
+
+
+def _blocks(text: str) -> list[tuple[int, str]]:
+    """faulthandler's dump as (thread id, its block), in order."""
+    starts = list(_THREAD.finditer(text))
+    ends = [m.start() for m in starts[1:]] + [len(text)]
+    return [
+        (int(m.group(1), 16), text[m.start() : end]) for m, end in zip(starts, ends, strict=False)
+    ]
 
 
 def format_stacks() -> str:
-    """Every thread's Python stack, as ``faulthandler`` writes it (innermost frame first)."""
+    """Every thread's Python stack but distbridge's own (``distbridge-*`` threads), as
+    ``faulthandler`` writes it (innermost frame first)."""
     with tempfile.TemporaryFile() as out:  # faulthandler writes to a file descriptor
         faulthandler.dump_traceback(file=out, all_threads=True)
         out.seek(0)
-        return out.read().decode("utf-8", errors="replace")
+        text = out.read().decode("utf-8", errors="replace")
+    own = {t.ident for t in threading.enumerate() if t.name.startswith("distbridge-")}
+    return "".join(block for ident, block in _blocks(text) if ident not in own)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        pass
+    return True
+
+
+def enable_fault_dump() -> str | None:
+    """Have faulthandler write every thread's stack to ``<tmp>/distbridge-<uid>/faults/<pid>``
+    if this process dies of a signal; returns its path. None where faulthandler is already on
+    (the user's own: left alone) or the file cannot be made. The files of processes gone for
+    a minute are removed."""
+    global _fault_file
+    if faulthandler.is_enabled():
+        return None
+    directory = os.path.join(os.path.dirname(card_dir()), "faults")
+    for stale in glob.glob(os.path.join(directory, "*")):
+        with contextlib.suppress(OSError, ValueError):  # read a minute ago, or no more
+            if time.time() - os.path.getmtime(stale) > 60 and not _alive(
+                int(os.path.basename(stale))
+            ):
+                os.remove(stale)
+    path = os.path.join(directory, str(os.getpid()))
+    try:
+        os.makedirs(directory, exist_ok=True)
+        _fault_file = open(path, "w", encoding="utf-8")  # noqa: SIM115  (open until disabled)
+        _fault_file.write(f"main thread {threading.main_thread().ident or 0:#x}\n")
+        _fault_file.flush()
+    except OSError:
+        return None
+    faulthandler.enable(_fault_file, all_threads=True)
+    return path
+
+
+def disable_fault_dump() -> None:
+    """Undo `enable_fault_dump` (the process lives on: its file goes)."""
+    global _fault_file
+    if _fault_file is not None:
+        faulthandler.disable()
+        _fault_file.close()
+        with contextlib.suppress(OSError):
+            os.remove(_fault_file.name)
+        _fault_file = None
+
+
+def _short(path: str) -> str:
+    relative = os.path.relpath(path)
+    return path if relative.startswith(os.pardir) else relative
+
+
+def died_in(path: str) -> tuple[str, tuple[str, ...]] | None:
+    """From the fault dump at ``path``, where the main thread was in distbridge when the
+    process died: the user's line that called in (``"train.py:9 in main"``) and the names of
+    distbridge's functions it was in (``("all_reduce", "wrapper", ...)``); None when it was
+    not in distbridge (or left no dump)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as data:
+            header, text = data.readline(), data.read()
+        main = int(header.split()[-1], 16)
+    except (OSError, ValueError, IndexError):
+        return None
+    block = next((b for ident, b in _blocks(text) if ident == main), "")
+    frames = _FRAME.findall(block)  # innermost first
+    ours = [inside(file) for file, _, _ in frames]
+    first = next((i for i, own in enumerate(ours) if own), None)
+    end = next((i for i in range(first or 0, len(ours)) if not ours[i]), None)
+    if first is None or end is None:
+        return None
+    file, line, name = frames[end]
+    return f"{_short(file)}:{line} in {name}", tuple(f[2] for f in frames[first:end])
 
 
 def dump(rank: int, reason: str) -> str:

@@ -1,21 +1,31 @@
 """The hang verdict: from every rank's ledger (and where each rank is now), who is at fault.
 
 A pure function of plain data, so it runs the same in a hung job, in ``spawn``'s parent, on
-a dump directory after the job is gone, or in a test. Its text reads, for example::
+a dump directory after the job is gone, or in a test. Its first line names the rank at fault
+(`headline` finds it in an error's message); for example::
 
+    rank 2 of 3 is stuck at train.py:5 in stuck_here; ranks 0, 1 wait in all_reduce #4
+    (train.py:13).
     Hang in all_reduce #4 of the world (train.py:13): ranks 0, 1 are waiting in it.
     rank 2 did not reach it: its last collective was #3 (train.py:10); it is at
     train.py:5 in stuck_here.
 
-Two findings, in this order:
+Three findings, in this order:
 
 - **Divergence**: at the same sequence number of a group, ranks called different
-  collectives (``rank 1 called all_gather (train.py:9) where ranks 0, 2 called all_reduce
-  (train.py:11) at #2 of the world``). The majority's call counts as the expected one (a
-  tie: the side of the lowest rank).
+  collectives (``rank 1 of 3 called all_gather (train.py:9) where ranks 0, 2 called
+  all_reduce (train.py:11) at #2 of the world``). The majority's call counts as the expected
+  one (a tie: the side of the lowest rank).
+- **Mismatch**: the same collective, whose tensors must agree (`MUST_MATCH`), with another
+  dtype or shape on some ranks (``rank 1 of 3 passed float32[4] to all_reduce #2 of the world
+  (train.py:9) where ranks 0, 2 passed float32[3] (train.py:9)``); the majority as above.
 - **Hang**: some members of a group wait in its collective ``#n`` while others have not
   started it (their last collective of the group is older): those are behind, and the
   verdict says where each one is now.
+
+A rank whose process died inside a collective (its fault dump says which, `RankReport.died_in`)
+counts as in the collective the others are in at that site, carrying what its earlier calls
+there carried.
 
 A rank that did not answer (killed, or stuck in C while holding the GIL) is named as such,
 with the ledger it last published. Where the ranks' reports carry the engine's own record
@@ -25,107 +35,32 @@ with the ledger it last published. Where the ranks' reports carry the engine's o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
 
-from distbridge.reliability.engine_trace import EngineRecord, engine_lines, group_text, ranks_text
+from distbridge.reliability.engine_trace import engine_lines, group_text, ranks_text
+from distbridge.reliability.hang_records import Members, RankReport, Record, Verdict
 
-__all__ = ["RankReport", "Record", "Verdict", "verdict"]
+__all__ = ["MUST_MATCH", "RankReport", "Record", "Verdict", "headline", "verdict"]
 
 WAITING = "waiting"
-Members = tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Record:
-    """One collective in a rank's ledger.
-
-    Attributes:
-        seq: its number in its group on this rank (1 for the first).
-        op: the collective's name, e.g. ``"all_reduce"``.
-        group: the group's global ranks, sorted; None for the world.
-        what: what it carried, e.g. ``"float32[3]"``.
-        site: where it was called, ``"train.py:13 in main"``.
-        state: "waiting" (the rank is in it now), "done" or "raised".
-    """
-
-    seq: int
-    op: str
-    group: Members | None
-    what: str
-    site: str
-    state: str
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Record:
-        """A record from `CollectiveLedger.snapshot`'s plain data (JSON)."""
-        group = data.get("group")
-        return cls(
-            seq=int(data["seq"]),
-            op=str(data["op"]),
-            group=None if group is None else tuple(int(r) for r in group),
-            what=str(data.get("what", "")),
-            site=str(data.get("site", "?")),
-            state=str(data.get("state", "done")),
-        )
-
-
-@dataclass(frozen=True)
-class RankReport:
-    """What is known of one rank.
-
-    Attributes:
-        rank: its global rank.
-        records: its ledger (any order).
-        where: where its main thread is now (``"train.py:5 in stuck_here"``), if it said.
-        answered: False when the rank did not answer: ``records`` are what it last published.
-        note: why it did not answer, when known (``"its process was killed by SIGKILL"``).
-        asked: False when nobody asked it (``records`` were read as it last published them,
-            e.g. by ``spawn``'s parent): then not answering is no finding.
-        engine: the tail of its engine's own record (torch's flight recorder), if it has one.
-    """
-
-    rank: int
-    records: tuple[Record, ...] = ()
-    where: str | None = None
-    answered: bool = True
-    note: str = ""
-    asked: bool = True
-    engine: tuple[EngineRecord, ...] = ()
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The finding, as text and as data.
-
-    Attributes:
-        text: the verdict, one finding a line.
-        kind: "diverged", "hang", "all waiting" (no rank is behind) or "no hang".
-        group: the group of the finding (None: the world).
-        seq: the collective's number in that group.
-        op: the collective the majority (diverged) or the waiting ranks (hang) are in.
-        waiting: ranks waiting in it.
-        behind: rank -> its last collective's number in the group (0: none), for the ranks
-            that did not reach it.
-        diverged: the ranks that called something else.
-        silent: the ranks that did not answer.
-    """
-
-    text: str
-    kind: str
-    group: Members | None = None
-    seq: int | None = None
-    op: str | None = None
-    waiting: Members = ()
-    behind: Mapping[int, int] = field(default_factory=dict)
-    diverged: Members = ()
-    silent: Members = ()
+#: the collectives whose tensors must have one dtype and shape on every rank
+MUST_MATCH = frozenset({"all_reduce", "reduce", "all_gather", "reduce_scatter"})
+#: a line (or the sentence after ``timed out. ``) that names the rank at fault
+_HEADLINE = re.compile(r"(?:^|\. )(ranks? [\d, ]+ of \d+ .*)$", re.MULTILINE)
 
 
 def _line(site: str) -> str:
     """``train.py:13`` of ``train.py:13 in main``."""
     return site.split(" in ", 1)[0]
+
+
+def headline(message: str) -> str | None:
+    """The verdict's line naming the rank at fault (``rank 2 of 3 is stuck at ...``) in an
+    error's message, or None."""
+    found = _HEADLINE.search(message)
+    return None if found is None else found.group(1)
 
 
 class _Ledgers:
@@ -138,6 +73,33 @@ class _Ledgers:
         for rank, report in reports.items():
             for record in report.records:
                 self.by_group.setdefault(record.group, {}).setdefault(rank, {})[record.seq] = record
+        for rank, report in reports.items():
+            if report.died_in is not None:
+                self._died_in(rank, *report.died_in)
+
+    def _died_in(self, rank: int, site: str, names: tuple[str, ...]) -> None:
+        """Put the collective ``rank`` died in into its ledger: the newest one of the others'
+        called at ``site``, whose op is one of ``names``, that its ledger lacks; carrying
+        what its own earlier calls there carried."""
+        line = _line(site)
+        found = [
+            record
+            for group, per_rank in self.by_group.items()
+            for other, records in per_rank.items()
+            if other != rank
+            for record in records.values()
+            if record.op in names
+            and _line(record.site) == line
+            and record.seq > getattr(self.last(group, rank), "seq", 0)
+        ]
+        if not found:
+            return
+        newest = max(found, key=lambda record: record.seq)
+        mine = self.by_group.setdefault(newest.group, {}).setdefault(rank, {})
+        earlier = [
+            r.what for _, r in sorted(mine.items()) if r.op == newest.op and _line(r.site) == line
+        ]
+        mine[newest.seq] = replace(newest, what=(earlier or [""])[-1], site=site, state="raised")
 
     def groups(self) -> list[Members | None]:
         """Every group seen, the world first, then by members."""
@@ -168,29 +130,78 @@ def _majority(sides: Mapping[str, list[int]]) -> str:
     return min(sides, key=lambda op: (-len(sides[op]), min(sides[op])))
 
 
-def _divergence(ledgers: _Ledgers) -> Verdict | None:
+def _splits(
+    ledgers: _Ledgers, key: Callable[[Record], str | None]
+) -> Iterator[tuple[Members | None, int, dict[str, list[int]], dict[int, dict[int, Record]]]]:
+    """Each collective (group, seq) whose records fall on two sides or more of ``key`` (a
+    record whose key is None takes no side)."""
     for group in ledgers.groups():
         per_rank = ledgers.by_group[group]
-        seqs = sorted({seq for records in per_rank.values() for seq in records})
-        for seq in seqs:
+        for seq in sorted({seq for records in per_rank.values() for seq in records}):
             sides: dict[str, list[int]] = {}
             for rank in sorted(per_rank):
                 record = per_rank[rank].get(seq)
-                if record is not None:
-                    sides.setdefault(record.op, []).append(rank)
-            if len(sides) < 2:
-                continue
-            expected = _majority(sides)
-            site_of = {op: _line(per_rank[ranks[0]][seq].site) for op, ranks in sides.items()}
-            odd = [op for op in sides if op != expected]
-            parts = [f"{ranks_text(sides[op])} called {op} ({site_of[op]})" for op in odd]
-            text = (
-                f"{' and '.join(parts)} where {ranks_text(sides[expected])} called {expected} "
-                f"({site_of[expected]}) at #{seq} of {group_text(group)}: the ranks diverged; "
-                "every rank must call the same collectives in the same order."
-            )
-            diverged = tuple(sorted(r for op in odd for r in sides[op]))
-            return Verdict(text, "diverged", group, seq, expected, diverged=diverged)
+                side = None if record is None else key(record)
+                if side is not None:
+                    sides.setdefault(side, []).append(rank)
+            if len(sides) >= 2:
+                yield group, seq, sides, per_rank
+
+
+def _who(ranks: list[int], world_size: int = 0) -> str:
+    """``rank 1``, or with the world's size (first in a headline) ``rank 1 of 3``."""
+    return f"{ranks_text(ranks)} of {world_size}" if world_size else ranks_text(ranks)
+
+
+def _divergence(ledgers: _Ledgers) -> Verdict | None:
+    for group, seq, sides, per_rank in _splits(ledgers, lambda record: record.op):
+        expected = _majority(sides)
+        site_of = {op: _line(per_rank[ranks[0]][seq].site) for op, ranks in sides.items()}
+        odd = [op for op in sides if op != expected]
+        size = ledgers.world_size
+        parts = [
+            f"{_who(sides[op], size * (op == odd[0]))} called {op} ({site_of[op]})" for op in odd
+        ]
+        text = (
+            f"{' and '.join(parts)} where {ranks_text(sides[expected])} called {expected} "
+            f"({site_of[expected]}) at #{seq} of {group_text(group)}: the ranks diverged; "
+            "every rank must call the same collectives in the same order."
+        )
+        diverged = tuple(sorted(r for op in odd for r in sides[op]))
+        return Verdict(text, "diverged", group, seq, expected, diverged=diverged)
+    return None
+
+
+def _tensor_of(record: Record) -> str | None:
+    """What a collective of `MUST_MATCH` carried, when it is a tensor (``float32[3]``)."""
+    return record.what if record.op in MUST_MATCH and "[" in record.what else None
+
+
+def _mismatch(ledgers: _Ledgers) -> Verdict | None:
+    for group, seq, sides, per_rank in _splits(ledgers, _tensor_of):
+        expected = _majority(sides)
+        op = per_rank[sides[expected][0]][seq].op
+        site_of = {what: _line(per_rank[ranks[0]][seq].site) for what, ranks in sides.items()}
+        odd = [what for what in sides if what != expected]
+        dtype = {what.split("[", 1)[0] for what in sides}
+        size = ledgers.world_size
+        parts = [f"{_who(sides[what], size * (what == odd[0]))} passed {what}" for what in odd]
+        lines = [
+            f"{' and '.join(parts)} to {op} #{seq} of {group_text(group)} ({site_of[odd[0]]}) "
+            f"where {ranks_text(sides[expected])} passed {expected} ({site_of[expected]}): the "
+            f"same collective with another {'dtype' if len(dtype) > 1 else 'shape'}; every rank "
+            f"must pass one dtype and shape to {op} (gloo aborts a rank that receives another "
+            "size)."
+        ]
+        for rank in sorted(r for ranks in sides.values() for r in ranks):
+            report = ledgers.reports[rank]
+            if report.died_in is not None:
+                note = report.note or "its process ended"
+                lines.append(f"rank {rank} died in it ({note}): counted with what its earlier "
+                             "calls there passed.")  # fmt: skip
+        diverged = tuple(sorted(r for what in odd for r in sides[what]))
+        every = tuple(sorted(r for ranks in sides.values() for r in ranks))
+        return Verdict("\n".join(lines), "mismatched", group, seq, op, every, diverged=diverged)
     return None
 
 
@@ -224,6 +235,22 @@ def _behind_line(ledgers: _Ledgers, rank: int, group: Members | None, seq: int) 
     return line + "."
 
 
+def _culprit(ledgers: _Ledgers, rank: int, group: Members | None, who: str) -> str:
+    """What a rank that is behind does, for the headline: ``rank 2 is stuck at ...``."""
+    report = ledgers.reports[rank]
+    elsewhere = ledgers.waiting_elsewhere(rank, group)
+    if elsewhere is not None:
+        return (
+            f"{who} waits in {elsewhere.op} #{elsewhere.seq} of "
+            f"{group_text(elsewhere.group)} ({_line(elsewhere.site)})"
+        )
+    if report.answered and report.where:
+        return f"{who} is stuck at {report.where}"
+    if report.note:
+        return f"{who} did not reach it: {report.note}"
+    return f"{who} did not reach it{'; it did not answer' if report.asked else ''}"
+
+
 def _hang(ledgers: _Ledgers) -> Verdict | None:
     for group in ledgers.groups():
         members = ledgers.members(group)
@@ -243,8 +270,15 @@ def _hang(ledgers: _Ledgers) -> Verdict | None:
             how = f"{ranks_text(waiting)} entered it, and it raised on {ranks_text(raised)}"
         else:
             how = f"{ranks_text(waiting)} {'is' if len(waiting) == 1 else 'are'} waiting in it"
+        where = "" if group is None else f" of {group_text(group)}"
+        first, size = min(behind), ledgers.world_size
+        culprits = [
+            _culprit(ledgers, r, group, _who([r], size * (r == first))) for r in sorted(behind)
+        ]
         lines = [
-            f"Hang in {record.op} #{top} of {group_text(group)} ({_line(record.site)}): {how}."
+            f"{'; '.join(culprits)}; {ranks_text(waiting)} wait{'s' if len(waiting) == 1 else ''} "
+            f"in {record.op} #{top}{where} ({_line(record.site)}).",
+            f"Hang in {record.op} #{top} of {group_text(group)} ({_line(record.site)}): {how}.",
         ]
         lines += [_behind_line(ledgers, rank, group, top) for rank in sorted(behind)]
         return Verdict(
@@ -315,7 +349,7 @@ def verdict(
         by_rank.setdefault(rank, RankReport(rank, answered=False))
     ledgers = _Ledgers(by_rank, size)
     silent = sorted(r for r, rep in by_rank.items() if not rep.answered and rep.asked)
-    found = _divergence(ledgers) or _hang(ledgers) or _all_waiting(ledgers)
+    found = _divergence(ledgers) or _mismatch(ledgers) or _hang(ledgers) or _all_waiting(ledgers)
     if found is None:
         found = Verdict("No rank is waiting in a collective of distbridge.", "no hang")
     named = {*found.behind, *found.waiting, *found.diverged}

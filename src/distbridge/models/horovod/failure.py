@@ -19,13 +19,14 @@ it keeps Horovod's own behaviour (its error names no rank).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from distbridge.reliability import fail_together, failure_hook
 from distbridge.reliability.failure_watch import FailureWatch, start_watch
 from distbridge.reliability.hang_collect import job_verdict
-from distbridge.reliability.hang_report import Reporter, start_reporter
+from distbridge.reliability.hang_report import Reporter, record_for_launcher, start_reporter
 
 if TYPE_CHECKING:
     from distbridge.reliability.ledger import CollectiveLedger
@@ -74,10 +75,11 @@ class HorovodFailTogether:
         the peers this rank leaves (a failure note while an exception propagates), before
         Horovod shuts down."""
         failure_hook.uninstall_excepthook()
+        record_for_launcher(sys.exc_info()[1])  # torchrun's summary names the rank at fault
         if self._watch is not None:
             self._watch.stop()
         if self._reporter is not None:
-            self._reporter.stop()
+            self._reporter.stop(publish=current)  # its last ledger, before it leaves
         if current and self._fails_together:
             fail_together.leave(self.get_rank(), self.get_world_size(), store=self._store)
 

@@ -12,13 +12,14 @@ rank left. A context adopted from outside distbridge starts none of this.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from distbridge.reliability import coordination, fail_together, failure_hook
 from distbridge.reliability.failure_watch import FailureWatch, start_watch
 from distbridge.reliability.hang_collect import job_verdict
-from distbridge.reliability.hang_report import Reporter, start_reporter
+from distbridge.reliability.hang_report import Reporter, record_for_launcher, start_reporter
 
 if TYPE_CHECKING:
     from distbridge.models._layout import Layout
@@ -66,10 +67,11 @@ class NativeFailTogether:
         """At ``finalize``: stop watching and reporting; then, if this context is still
         ``current``, tell the peers this rank leaves (they tell "left" from "failed")."""
         failure_hook.uninstall_excepthook()
+        record_for_launcher(sys.exc_info()[1])  # torchrun's summary names the rank at fault
         if self._watch is not None:
             self._watch.stop()
         if self._reporter is not None:
-            self._reporter.stop()
+            self._reporter.stop(publish=current)  # its last ledger, before it leaves
         if current:
             fail_together.leave(self._layout.rank, self._layout.world_size, self.abort_communicator)
 
