@@ -1,5 +1,6 @@
-"""Preemption under real launchers: torchrun's agent signalled, and a 2-node SLURM job in
-which one node's task gets USR2, is requeued once and resumes to an uninterrupted run's end.
+"""Preemption under real launchers: torchrun's agent or mpirun signalled, and a 2-node SLURM
+job in which one node's task gets USR2, is requeued once and resumes to an uninterrupted
+run's end.
 
 The ranks run tests/distributed/preemption_targets.py as a script (gloo, initialized from the
 launcher's variables); the SLURM cluster is the suite's (tests/distributed/slurm_cluster.py,
@@ -9,6 +10,7 @@ skipped where slurm-wlm is not installed).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,18 +48,25 @@ def _wait_for(paths: list[Path], proc: subprocess.Popen[str], timeout: float = 1
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize(
-    ("signame", "forwarded"), [("SIGTERM", None), ("SIGUSR2", "SIGTERM,SIGUSR2")]
-)
-def test_torchrun_agent_signalled(tmp_path: Path, signame: str, forwarded: str | None) -> None:
-    """The agent forwards the signal to both ranks (USR2 only when told to); they stop at one
-    step and write one complete checkpoint before the agent's kill."""
-    handle = ["--signals-to-handle", forwarded] if forwarded else []
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-        "--master-port", str(free_port()), *handle, str(SCRIPT), str(tmp_path), "100000",
-        "--sleep", "0.01", "--check-every", "10",
-    ]  # fmt: skip
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "PYTHONPATH"]
+LAUNCHERS = {
+    "torchrun SIGTERM": ("SIGTERM", TORCHRUN),
+    "torchrun SIGUSR2": ("SIGUSR2", [*TORCHRUN, "--signals-to-handle", "SIGTERM,SIGUSR2"]),
+    "mpirun SIGUSR2": ("SIGUSR2", [*MPIRUN, sys.executable]),  # Open MPI forwards USR1/USR2
+}
+
+
+@pytest.mark.parametrize("case", LAUNCHERS)
+def test_launcher_signalled(tmp_path: Path, case: str) -> None:
+    """The launcher forwards the signal to both ranks (torchrun's agent USR2 only when told
+    to); they stop at one step and write one complete checkpoint, before torchrun's kill."""
+    signame, launcher = LAUNCHERS[case]
+    if shutil.which(launcher[0]) is None:
+        pytest.skip(f"{launcher[0]} is not installed")
+    port = ["--master-port", str(free_port())] if launcher[0] == sys.executable else []
+    command = [*launcher, *port, str(SCRIPT), str(tmp_path), "100000", "--sleep", "0.01",
+               "--check-every", "10"]  # fmt: skip
     proc = subprocess.Popen(
         command, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -71,7 +80,7 @@ def test_torchrun_agent_signalled(tmp_path: Path, signame: str, forwarded: str |
     assert stops[0] is not None and stops[0] == stops[1], err[-3000:]
     assert [p.name for p in tmp_path.glob("*.pt*")] == [f"step-{stops[0]:09d}.pt"]
     assert err.count(f"every rank stops after step {stops[0]}") == 2
-    assert ("torchrun forwards only" in err) == (forwarded is None)
+    assert ("torchrun forwards only" in err) == (case == "torchrun SIGTERM")
     assert idist.resume(tmp_path, torch.nn.Linear(4, 1))["step"] == stops[0]
 
 
