@@ -32,6 +32,7 @@ __all__ = [
     "dtype_from_code",
     "encode_number",
     "kind_of",
+    "op_spellings",
 ]
 
 CANONICAL_OPS = ("SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "AVG", "ADASUM")
@@ -63,6 +64,18 @@ _DTYPES: tuple[torch.dtype, ...] = tuple(
     if d is not None
 )  # fmt: skip
 _DTYPE_CODES = {d: i for i, d in enumerate(_DTYPES)}
+
+
+def op_spellings(supported: frozenset[str]) -> dict[str, str]:
+    """The usual spellings of the ops in ``supported`` (upper, lower and capitalized, and
+    their aliases) -> the canonical name `canonical_op` gives them."""
+    names = {alias: name for alias, name in _OP_ALIASES.items() if name in supported}
+    names.update((name, name) for name in supported)
+    return {form: name for spelled, name in names.items() for form in _forms(spelled)}
+
+
+def _forms(name: str) -> tuple[str, str, str]:
+    return name, name.lower(), name.capitalize()
 
 
 def canonical_op(op: object, supported: frozenset[str], model_name: str) -> str:

@@ -169,9 +169,11 @@ class ComputationModel(ModelSurface):
         super().__init__()
         self._debug = debug.enabled_by_env()  # checked first in every public collective
         self._debug_checker = debug.CollectiveChecker()
+        # op as given -> canonical name, for the usual spellings ("sum", "Sum", "AVERAGE")
+        self._op_names = codec.op_spellings(self.reduce_ops)
         # (op as given, dtype, device, layout) -> (the op the backend runs, the divisor of an
-        # average it does not do itself, else 0), for world all-reduces that need no
-        # conversion: see ``_remember_fast_reduce``.
+        # average it does not do itself, else 0), for world all-reduces of contiguous tensors
+        # that the engine reduces as they are: the checks of the first such call stand.
         self._fast_reduce: dict[
             tuple[str, torch.dtype, torch.device, torch.layout], tuple[str, int]
         ] = {}
@@ -185,49 +187,37 @@ class ComputationModel(ModelSurface):
             return traceable.all_reduce(self, x, op, group)
         if self._debug:
             self._check_collective("all_reduce", group, x=x, op=op)
-        if group is None and type(op) is str and isinstance(x, torch.Tensor):
-            # Fast path: this op, dtype, device and layout passed every check before.
-            fast = self._fast_reduce.get((op, x.dtype, x.device, x.layout))
-            if fast is not None and x.is_contiguous():
-                engine_op, divisor = fast
-                out = self._do_all_reduce(x, engine_op, None)
-                if divisor:
-                    divide_(out, divisor)
-                return x if out is x else write_back(x, out)
-        name = codec.canonical_op(op, self.reduce_ops, self.name)
-        if isinstance(x, torch.Tensor):
+        if not isinstance(x, torch.Tensor):
+            return self._reduce_number(x, op, group)
+        key = (op, x.dtype, x.device, x.layout) if group is None and type(op) is str else None
+        fast = None if key is None else self._fast_reduce.get(key)
+        if fast is None or not x.is_contiguous():  # the checks, once per kind of tensor
+            name = self._op_names.get(op) if type(op) is str else None
+            if name is None:
+                name = codec.canonical_op(op, self.reduce_ops, self.name)
             check_reducible(x, name)
-            resolved = self.groups.resolve(group)
+            resolved = None if group is None else self.groups.resolve(group)
             if resolved is NOT_A_MEMBER:
                 return x
-            device = self._placement(x)  # asked once: the fast path and the reduction
-            if resolved is None and type(op) is str:
-                self._remember_fast_reduce(x, op, name, device)
-            return self._reduce_tensor(x, name, resolved, device)
-        kind = codec.kind_of(x)
-        if kind not in codec.NUMBER_KINDS:
-            raise TypeError(
-                f"Unhandled input type {type(x).__name__}: all_reduce takes a tensor or a "
-                f"Python number (int, float, bool), got {x!r}."
+            device = self._placement(x)
+            direct = (
+                device == x.device
+                and x.is_contiguous()
+                and x.dtype not in self.uncarried_dtypes
+                and (name not in ("MIN", "MAX") or x.dtype not in carriers.ORDERED_FLOATS)
             )
-        if kind == codec.KIND_FLOAT and name in ("AND", "OR"):
-            raise TypeError(f"Reduction {name} needs an int or bool, got float {x!r}.")
-        resolved = self.groups.resolve(group)
-        if resolved is NOT_A_MEMBER:
-            return x
-        dtype = torch.float64 if kind == codec.KIND_FLOAT or name == "AVG" else torch.int64
-        value = float(x) if dtype is torch.float64 else codec.encode_number(x, kind)
-        # Made where the backend reduces it, in a dtype it carries: no _reduce_tensor detour.
-        tensor = torch.tensor([value], dtype=dtype, device=self._number_device(dtype))
-        # MIN / MAX of a float: IEEE's, through integer keys made in tensor's memory
-        work, back = carriers.reduction_carrier(tensor, name, self.uncarried_dtypes, in_place=True)
-        out = self._reduce_placed(work, name, resolved)
-        result = self._number_value(out if back is None else back(out))
-        if name == "AVG" or kind == codec.KIND_FLOAT:
-            return float(result)
-        if kind == codec.KIND_BOOL and name in ("AND", "OR", "MIN", "MAX"):
-            return bool(result)
-        return int(result)
+            if not direct:  # a copy on the device, or a carrier
+                return self._reduce_tensor(x, name, resolved, device)
+            divided = name == "AVG" and not self._native_avg()
+            fast = ("SUM", self._group_size(resolved)) if divided else (name, 0)
+            if key is not None:
+                self._fast_reduce[key] = fast
+            group = resolved
+        engine_op, divisor = fast
+        out = self._do_all_reduce(x, engine_op, group)
+        if divisor:
+            divide_(out, divisor)
+        return x if out is x else write_back(x, out)
 
     @collective("all_gather", 0, 1)
     def all_gather(self, x: Any, group: Group | None = None) -> Any:
@@ -461,6 +451,34 @@ class ComputationModel(ModelSurface):
 
     # ---- all_reduce's own steps ---------------------------------------------------------------
 
+    def _reduce_number(self, x: Any, op: str, group: Group | None) -> Any:
+        """All-reduce Python number ``x``: in a tensor made where the backend reduces it, in
+        a dtype it carries; the result in ``x``'s type (a float for an average)."""
+        name = codec.canonical_op(op, self.reduce_ops, self.name)
+        kind = codec.kind_of(x)
+        if kind not in codec.NUMBER_KINDS:
+            raise TypeError(
+                f"Unhandled input type {type(x).__name__}: all_reduce takes a tensor or a "
+                f"Python number (int, float, bool), got {x!r}."
+            )
+        if kind == codec.KIND_FLOAT and name in ("AND", "OR"):
+            raise TypeError(f"Reduction {name} needs an int or bool, got float {x!r}.")
+        resolved = self.groups.resolve(group)
+        if resolved is NOT_A_MEMBER:
+            return x
+        dtype = torch.float64 if kind == codec.KIND_FLOAT or name == "AVG" else torch.int64
+        value = float(x) if dtype is torch.float64 else codec.encode_number(x, kind)
+        tensor = torch.tensor([value], dtype=dtype, device=self._number_device(dtype))
+        # MIN / MAX of a float: IEEE's, through integer keys made in tensor's memory
+        work, back = carriers.reduction_carrier(tensor, name, self.uncarried_dtypes, in_place=True)
+        out = self._reduce_placed(work, name, resolved)
+        result = self._number_value(out if back is None else back(out))
+        if name == "AVG" or kind == codec.KIND_FLOAT:
+            return float(result)
+        if kind == codec.KIND_BOOL and name in ("AND", "OR", "MIN", "MAX"):
+            return bool(result)
+        return int(result)
+
     def _reduce_tensor(
         self, x: torch.Tensor, op: str, group: Any, device: torch.device
     ) -> torch.Tensor:
@@ -485,22 +503,6 @@ class ComputationModel(ModelSurface):
         if op == "AVG" and not self._native_avg():
             return divide_(self._do_all_reduce(work, "SUM", group), self._group_size(group))
         return self._do_all_reduce(work, op, group)
-
-    def _remember_fast_reduce(
-        self, x: torch.Tensor, op: str, name: str, device: torch.device
-    ) -> None:
-        """Let later world all-reduces of tensors like ``x`` (placed on ``device``) skip the
-        checks ``x`` passed, when ``_reduce_tensor`` would hand ``x`` to ``_do_all_reduce``
-        unchanged anyway (an average the backend does not do as a SUM and a division)."""
-        direct = (
-            device == x.device
-            and x.dtype not in self.uncarried_dtypes
-            and (name not in ("MIN", "MAX") or x.dtype not in carriers.ORDERED_FLOATS)
-        )
-        if direct:
-            divided = name == "AVG" and not self._native_avg()
-            sent = ("SUM", self.get_world_size()) if divided else (name, 0)
-            self._fast_reduce[(op, x.dtype, x.device, x.layout)] = sent
 
     def __repr__(self) -> str:
         return (

@@ -40,15 +40,22 @@ if dist.is_available():
     NON_MEMBER = dist.GroupMember.NON_GROUP_MEMBER
 
 
+_DTYPES = {value for value in vars(torch).values() if isinstance(value, torch.dtype)}
+
+
 class TorchOps(dict[tuple[torch.dtype, str], Any]):
     """``ops[(dtype, op)]``: the ``dist.ReduceOp`` that reduces tensors of ``dtype`` by the
     canonical ``op`` exactly on ``backend``; None where the backend has none and the
     reduction is folded (``c10d_rules.backend_op``: a complex PRODUCT, AND / OR on NCCL).
-    A dict: a training loop asks each key once, then reads it at a dict's cost."""
+    A dict, filled for every dtype torch names when it is made, so that even a first call
+    reads it at a dict's cost."""
 
     def __init__(self, backend: str) -> None:
         super().__init__()
         self.backend = backend
+        for dtype in _DTYPES:
+            for op in _OPS:
+                self.__missing__((dtype, op))
 
     def __missing__(self, key: tuple[torch.dtype, str]) -> Any:
         name = backend_op(self.backend, *key)
