@@ -237,10 +237,12 @@ class StopGuard:
         if not os.environ.get("TORCHELASTIC_RUN_ID") or get_rank() != 0:
             return
         forwarded = os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE") or TORCHRUN_FORWARDS
-        lost = [s.name for s in map(signal.Signals, self.signals) if s.name not in forwarded]
+        known = forwarded.replace(" ", "").split(",")
+        lost = [s.name for s in map(signal.Signals, self.signals) if s.name not in known]
         if lost:
             _say(f"torchrun forwards only {forwarded} to the ranks: {', '.join(lost)} sent to "
-                 f"its agent never reaches them. Start torchrun with --signals-to-handle="
+                 f"its agent ends the agent, not the ranks' training with a checkpoint. Start "
+                 f"torchrun with --signals-to-handle="
                  f"{forwarded},{','.join(lost)}, or signal the ranks' processes.")  # fmt: skip
 
 
