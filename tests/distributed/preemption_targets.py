@@ -71,8 +71,10 @@ def train(
     start = idist.resume(run_dir, model, optimizer)["step"]
     record: dict[str, Any] = {"rank": rank, "start": start, "losses": {}, "stop": None}
     mine = rank == kill_rank and start == 0 and kill_at is not None
+    record["sigterm"] = [_owner(signal.SIGTERM)]  # whose handler: before, in, after the guard
     try:
         with idist.StopGuard(run_dir, check_every=check_every, time_budget=time_budget) as stop:
+            record["sigterm"].append(_owner(signal.SIGTERM))
             if mine and kill_at == 0:
                 os.kill(os.getpid(), signal.Signals[signame])
             for step in range(start + 1, total + 1):
@@ -98,6 +100,7 @@ def train(
                     if fault == "die_in_stop" and rank == kill_rank and start == 0:
                         _die_in_state_dict(model)
                     stop.checkpoint_and_exit(step, model, optimizer)
+        record["sigterm"].append(_owner(signal.SIGTERM))
     finally:
         record["sharded"] = all(hasattr(p, "full_tensor") for p in model.parameters())
         full = [getattr(p, "full_tensor", p.detach)() for p in model.parameters()]  # FSDP2
@@ -105,6 +108,12 @@ def train(
         with (Path(run_dir) / f"rank{rank}.jsonl").open("a") as out:
             out.write(json.dumps(record) + "\n")
     return record
+
+
+def _owner(signum: int) -> str:
+    """The module of the handler of ``signum`` (or the disposition's name)."""
+    handler = signal.getsignal(signum)
+    return str(getattr(handler, "__module__", None) or handler)
 
 
 def _die_in_state_dict(model: torch.nn.Module) -> None:

@@ -84,6 +84,18 @@ def test_launcher_signalled(tmp_path: Path, case: str) -> None:
     assert idist.resume(tmp_path, torch.nn.Linear(4, 1))["step"] == stops[0]
 
 
+def test_the_hang_verdict_yields_sigterm_to_the_guard_and_gets_it_back(tmp_path: Path) -> None:
+    """Under torchrun, initialize installs the hang verdict's SIGTERM handler (which ends the
+    process); inside the guard SIGTERM is the guard's, after it the verdict's again."""
+    command = [*TORCHRUN, "--master-port", str(free_port()), str(SCRIPT), str(tmp_path), "3"]
+    done = subprocess.run(command, cwd=REPO, env=_env(), capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    verdict, guard = "distbridge.reliability.hang_signals", "distbridge.preemption"
+    for rank in (0, 1):
+        assert records(tmp_path, rank)[0]["sigterm"] == [verdict, guard, verdict]
+
+
 @pytest.mark.timeout(420)
 def test_slurm_requeue_once_and_resume(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     """2 nodes, one task each; the task on the second node sends itself USR2 after step 7.
