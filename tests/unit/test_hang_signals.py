@@ -42,6 +42,7 @@ class _TwoRanks:
 
 @pytest.fixture
 def restored() -> Iterator[None]:
+    unwatch_signals()  # an earlier test's initialize() without finalize()
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, DUMP_SIGNAL)}
     yield
     unwatch_signals()

@@ -85,6 +85,7 @@ class _Watch:
         self.explain = explain
         self.dump_dir = os.environ.get(DIR_ENV_VAR) or dump_dir or report_dir(os.getppid())
         self.for_life = for_life  # a launcher's: finalize leaves it
+        self.pid = os.getpid()
         self.ending = threading.Lock()  # the first to take it handles SIGTERM
         self.explained = threading.Event()  # set once it did
         self.saved = {signum: signal.getsignal(signum) for signum in signals}
@@ -230,11 +231,13 @@ def answer_report_signal(rank: int, directory: str) -> None:
     rank ``rank`` (see `report_on_signal`) to ``directory``, for the life of the process;
     rank -1 writes none (a process that passes the signal on to ranks of its own). A
     handler inherited from the parent (a fork's) is replaced, not chained."""
-    if _installed:  # already answering (an XLA replica in its launcher): the newer rank
+    if _installed and _installed[0].pid == os.getpid():  # an XLA replica in its launcher
         _installed[0].rank, _installed[0].dump_dir = rank, os.environ.get(DIR_ENV_VAR) or directory
         return
     if threading.current_thread() is not threading.main_thread():
         return
+    _installed.clear()  # a fork's copy of its parent's watch, whose thread is not here
+    signal.set_wakeup_fd(-1)  # nor is the reader of the parent's wake-up descriptor
     if signal.getsignal(DUMP_SIGNAL) is not signal.SIG_IGN:
         signal.signal(DUMP_SIGNAL, signal.SIG_DFL)
         empty = CollectiveLedger(lambda group: None)  # until a model joins
