@@ -92,7 +92,7 @@ class Registry:
                 )
         raise BackendUnavailableError(
             f"Unknown backend {backend!r}. Available backends: {', '.join(available) or 'none'}."
-            + suggest(backend, self.known_backends())
+            " Backend should be one of them." + suggest(backend, self.known_backends())
         )
 
     def detect(self) -> ComputationModel | None:

@@ -318,6 +318,10 @@ IGNITE_REGEXES: dict[str, tuple[Callable[[ModuleType], Any], str]] = {
         ),
         r"Argument sampler must not be a distributed sampler already",
     ),
+    "spawn('abc')": (
+        lambda lib: lib.spawn("abc", print, args=(), nproc_per_node=1),
+        r"Backend should be one of",
+    ),
     "spawn('horovod') without Horovod": (
         lambda lib: lib.spawn("horovod", print, args=(), nproc_per_node=1),
         r"Backend should be one of",
