@@ -66,6 +66,8 @@ class StopGuard:
         timeout_signals: the signals that mean "the time limit is near" (SLURM's
             ``--signal=USR2@90``); they and the time budget requeue at most
             ``max_timeout_requeues`` times (SLURM_RESTART_COUNT), any other signal always.
+        kill_after: seconds the launcher leaves between SIGTERM and SIGKILL (torchrun and
+            SLURM's KillWait: 30); rank 0 says so once when agreements are half that apart.
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class StopGuard:
         keep: int = 2,
         timeout_signals: Sequence[str] = ("SIGUSR2",),
         max_timeout_requeues: int = 3,
+        kill_after: float = 30.0,
     ) -> None:
         for name, value in (("check_every", check_every), ("keep", keep)):
             if not isinstance(value, int) or value < 1:
@@ -88,16 +91,17 @@ class StopGuard:
         self.check_every, self.keep, self.time_budget = check_every, keep, time_budget
         self.signals = [_signal(name) for name in signals]
         self.timeout_signals = {_signal(name) for name in timeout_signals}
-        self.max_timeout_requeues = max_timeout_requeues
+        self.max_timeout_requeues, self.kill_after = max_timeout_requeues, kill_after
         self.received: list[tuple[int, float]] = []  # (signal, time.time()) as they came
         self.stop_step: int | None = None
         self.reason = _NONE
-        self._deadline = float("inf")
+        self._deadline = self._last_check = float("inf")
         self._previous: dict[int, Any] = {}
-        self._rewatch = False
+        self._rewatch = self._warned = False
 
     def __enter__(self) -> StopGuard:
-        self._deadline = time.monotonic() + (self.time_budget or float("inf"))
+        self._last_check = time.monotonic()
+        self._deadline = self._last_check + (self.time_budget or float("inf"))
         if threading.current_thread() is not threading.main_thread():
             _say("StopGuard outside the main thread: no signal handlers (Python allows none).")
             return self
@@ -149,6 +153,9 @@ class StopGuard:
         world = get_world_size()
         if world > 1 and step % self.check_every:
             return False
+        now, last, self._last_check = time.monotonic(), self._last_check, time.monotonic()
+        if now - last > self.kill_after / 2 and world > 1:
+            self._warn_slow(now - last)
         local = _NONE
         if self.received:
             timeout = all(s in self.timeout_signals for s, _ in self.received)
@@ -232,6 +239,14 @@ class StopGuard:
                  "--requeue? Resubmit it to resume.")  # fmt: skip
         else:
             _say(f"requeued SLURM job {job} (restart {restarts + 1}).")
+
+    def _warn_slow(self, interval: float) -> None:
+        """Once, on rank 0: the agreements are too far apart for a launcher's kill."""
+        if get_rank() == 0 and not self._warned:
+            self._warned = True
+            _say(f"the ranks agree every {interval:.1f} s (check_every={self.check_every}), the "
+                 f"launcher kills {self.kill_after:g} s after SIGTERM (kill_after): a stop may "
+                 "not reach its checkpoint in time. Lower check_every.")  # fmt: skip
 
     def _warn_if_undeliverable(self) -> None:
         if not os.environ.get("TORCHELASTIC_RUN_ID") or get_rank() != 0:

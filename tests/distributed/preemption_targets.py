@@ -55,6 +55,7 @@ def train(
     sleep: float = 0.0,
     save_every: int = 0,
     strategy: str = "ddp",
+    kill_after: float = 30.0,
 ) -> dict[str, Any]:
     """Train to ``total`` steps (resuming from ``run_dir``); rank ``kill_rank`` sends itself
     ``signame`` after step ``kill_at`` (0: before the first step) in a fresh run only.
@@ -73,7 +74,10 @@ def train(
     mine = rank == kill_rank and start == 0 and kill_at is not None
     record["sigterm"] = [_owner(signal.SIGTERM)]  # whose handler: before, in, after the guard
     try:
-        with idist.StopGuard(run_dir, check_every=check_every, time_budget=time_budget) as stop:
+        guard = idist.StopGuard(
+            run_dir, check_every=check_every, time_budget=time_budget, kill_after=kill_after
+        )
+        with guard as stop:
             record["sigterm"].append(_owner(signal.SIGTERM))
             if mine and kill_at == 0:
                 os.kill(os.getpid(), signal.Signals[signame])

@@ -137,3 +137,17 @@ def test_fsdp2_stops_together_and_resumes_under_ddp(tmp_path: Path, straight: An
         assert runs[-1]["start"] == 10
         want = straight[rank]["params"]
         assert runs[-1]["params"] == [pytest.approx(p, rel=1e-5, abs=1e-6) for p in want]
+
+
+def test_agreements_too_far_apart_for_the_launcher_s_kill_are_said_once(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Steps of 20 ms, an agreement every 5 (0.1 s), and a launcher that kills 0.1 s after
+    SIGTERM: rank 0 says so, once; with the default 30 s nobody does."""
+    said = "the launcher kills 0.1 s after SIGTERM (kill_after)"
+    _spawn(tmp_path, sleep=0.02, kill_after=0.1)
+    err = capfd.readouterr().err
+    assert err.count(said) == 1 and "rank 0: the ranks agree every" in err
+    (tmp_path / "default").mkdir()
+    _spawn(tmp_path / "default", sleep=0.02)
+    assert "the ranks agree every" not in capfd.readouterr().err
