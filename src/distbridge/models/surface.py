@@ -13,6 +13,7 @@ collectives on top.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable
 from typing import Any, Final
 
 import torch
@@ -132,3 +133,17 @@ class ModelSurface(BackendPrimitives):
             members = self._group_members(group)
             if root not in members:
                 raise ValueError(f"{name}={root} is not a member of the group {list(members)}.")
+
+    def interpose(self, name: str, call: Callable[..., Any] | None) -> None:
+        """Hand this model's public collective ``name`` to ``call`` (an instance attribute
+        over the class's method, so the facade's calls reach it); None: the class's method
+        again. ``distbridge.testing``'s layers use it; without one nothing is on the path."""
+        if call is None:
+            self.__dict__.pop(name, None)
+        else:
+            setattr(self, name, call)
+
+    def interposed(self, name: str) -> Callable[..., Any] | None:
+        """What `interpose` put over the public collective ``name``, if anything."""
+        call: Callable[..., Any] | None = self.__dict__.get(name)
+        return call

@@ -1,7 +1,8 @@
 """Interposing on one model's public collectives: the mechanism under telemetry and faults.
 
 While a `Layer` is installed on a model, each collective it asks for is shadowed by an
-instance attribute (a plain function) that hands the call to the layer. The facade calls
+instance attribute (a plain function, set by the model's ``interpose``) that hands the call
+to the layer. The facade calls
 ``current().all_reduce(...)``, and Python finds an instance attribute before the class's
 method, so the layer sees every call through the facade; removing the attributes leaves the
 model as it was. Without a layer nothing is on the path: no flag, no check.
@@ -166,7 +167,6 @@ def _wrap(layer: Layer, spec: OpSpec, inner: Callable[..., Any]) -> Callable[...
 
 
 def _rebuild(model: ComputationModel, state: _Installed) -> None:
-    attrs = vars(model)
     for name in OPS:
         wrapped: Any = state.base.get(name)
         layered = False
@@ -178,19 +178,16 @@ def _rebuild(model: ComputationModel, state: _Installed) -> None:
                     wrapped = MethodType(getattr(type(model), name), model)
                 wrapped = _wrap(layer, SPECS[name], wrapped)
                 layered = True
-        if layered or name in state.base:
-            attrs[name] = wrapped
-        else:
-            attrs.pop(name, None)
+        model.interpose(name, wrapped if layered or name in state.base else None)
 
 
 @contextmanager
 def installed(layer: Layer, model: ComputationModel) -> Iterator[ComputationModel]:
     """Interpose ``layer`` on ``model``'s collectives for the block; removed on exit."""
-    attrs = vars(model)
     state = _INSTALLED.get(model)
     if state is None:
-        state = _INSTALLED[model] = _Installed({name: attrs[name] for name in OPS if name in attrs})
+        before = {name: model.interposed(name) for name in OPS}
+        state = _INSTALLED[model] = _Installed({k: v for k, v in before.items() if v is not None})
     if layer in state.layers:
         raise RuntimeError(f"{layer!r} is already installed; leave its block before reusing it.")
     state.layers.append(layer)
