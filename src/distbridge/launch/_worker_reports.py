@@ -68,8 +68,11 @@ def failure(
     has_own = first.report is not None and first.report[2] == "CollectiveTimeout"
     if verdict and not has_own:  # a worker's own verdict was made when it timed out: better
         stopped += f"\n\nFrom the ranks' collective ledgers:\n{verdict}"
-    said = [w.report[3] for w in (first, *workers) if w.report and w.report[0] == "error"]
-    culprit = next(filter(None, map(headline, [*said, verdict or ""])), None)
+    # the rank at fault: as the first worker's error names it, else (it died without a word)
+    # as the others' errors or the ledgers do
+    errors = [w.report[3] for w in workers if w.report and w.report[0] == "error"]
+    said = [first.report[3]] if first.report else [*errors, verdict or ""]
+    culprit = next(filter(None, map(headline, said)), None)
     lead = f"{sentence(culprit)}\n" if culprit else ""
     if first.report is not None:
         _, worker_traceback, type_name, message = first.report
