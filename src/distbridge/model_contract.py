@@ -1,13 +1,14 @@
 """What the code below the computation models may use of a model: one typed contract.
 
-The algorithms (``distbridge.algorithms``) and the reliability code
-(``distbridge.reliability``) sit below ``distbridge.models`` and receive the model as an
-argument. They may call only what is named here, all public: a backend's primitives under
-public names (``ModelPrimitives``, which ``BackendPrimitives`` implements over the ``_do_*``
-hooks a backend overrides), and what ``ComputationModel`` adds for them (``ModelContract``):
-the group cache, the fast paths, the tensor round trips and the per-model reliability state
-that the model declares and makes. mypy checks every call against these Protocols, and
-``tests/unit/test_model_contract.py`` fails on any ``model._anything`` outside ``models/``.
+The algorithms (``distbridge.algorithms``), the reliability code (``distbridge.reliability``)
+and the spawners (``distbridge.launch``) sit below ``distbridge.models`` and receive the
+model as an argument. They may use only what ``ModelContract`` names, all public: a
+backend's primitives under public names (``BackendPrimitives`` implements each over the
+``_do_*`` hook a backend overrides), the queries, the group cache, the fast paths, the
+tensor round trips, the per-model reliability state that the model declares and makes, and
+failing together (the native and Horovod models do; the others keep the base class's
+answers). mypy checks every call against it, and ``tests/unit/test_model_contract.py``
+fails on any ``model._anything`` outside ``models/``.
 
 Nothing here runs: the module only names types, so it imports nothing of distbridge at run
 time.
@@ -15,7 +16,7 @@ time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from distbridge.reliability.ledger import CollectiveLedger
     from distbridge.reliability.stacks import StackWatcher
 
-__all__ = ["Groups", "ModelContract", "ModelPrimitives", "TimedBarriers"]
+__all__ = ["Groups", "ModelContract", "TimedBarriers"]
 
 
 class Groups(Protocol):
@@ -44,22 +45,40 @@ class TimedBarriers(Protocol):
     def abort(self, members: tuple[int, ...], message: str) -> None: ...
 
 
-class ModelPrimitives(Protocol):
-    """A backend's primitives and group queries, under public names.
+class ModelContract(Protocol):
+    """Everything the code below the models may use of a model.
 
-    ``group`` is always resolved here: None for the world, or the backend's group object.
-    Tensors given to ``do_*`` are contiguous, on ``placement(tensor)``, in a dtype the
-    backend carries (not in ``uncarried_dtypes``).
+    ``group`` given to the primitives and group queries is resolved: None for the world, or
+    the backend's group object. Tensors given to ``do_*`` are contiguous, on
+    ``placement(tensor)``, in a dtype the backend carries (not in ``uncarried_dtypes``).
+
+    Attributes:
+        groups: the group cache (``group=`` arguments resolved, lists of ranks made once).
+        ledger: this rank's recent public collectives (the hang verdict reads it).
+        fast_all_to_all, fast_scatter, fast_gather: the kinds of tensor that passed the
+            checks of a world collective once (see ``distbridge.algorithms.fast_path``).
+        stack_watcher: answers other ranks' requests for this rank's stacks; made with the
+            timed barriers (None before, and without a coordination store).
+        fails_together: whether the model takes part in failing together
+            (``reliability/fail_together.py``); without it the four methods after it
+            answer "nothing".
     """
 
     name: ClassVar[str]
     reduce_ops: ClassVar[frozenset[str]]
     uncarried_dtypes: ClassVar[frozenset[torch.dtype]]
     functional_collectives: ClassVar[bool]
+    fails_together: ClassVar[bool]
+    ledger: CollectiveLedger
+    fast_all_to_all: FastPath
+    fast_scatter: FastPath
+    fast_gather: FastPath
 
     def get_rank(self) -> int: ...
     def get_world_size(self) -> int: ...
+    def get_local_rank(self) -> int: ...
     def is_current(self) -> bool: ...
+    def finalize(self) -> None: ...
     def device(self) -> torch.device: ...
     def collective_device(self) -> torch.device: ...
     def placement(self, tensor: torch.Tensor) -> torch.device: ...
@@ -89,25 +108,6 @@ class ModelPrimitives(Protocol):
     ) -> torch.Tensor: ...
     def do_all_to_all_even(self, tensor: torch.Tensor, group: Any) -> torch.Tensor: ...
     def do_all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor, group: Any) -> None: ...
-
-
-class ModelContract(ModelPrimitives, Protocol):
-    """Everything the algorithms and the reliability code may use of a model.
-
-    Attributes:
-        groups: the group cache (``group=`` arguments resolved, lists of ranks made once).
-        ledger: this rank's recent public collectives (the hang verdict reads it).
-        fast_all_to_all, fast_scatter, fast_gather: the kinds of tensor that passed the
-            checks of a world collective once (see ``distbridge.algorithms.fast_path``).
-        stack_watcher: answers other ranks' requests for this rank's stacks; made with the
-            timed barriers (None before, and without a coordination store).
-    """
-
-    ledger: CollectiveLedger
-    fast_all_to_all: FastPath
-    fast_scatter: FastPath
-    fast_gather: FastPath
-
     @property
     def groups(self) -> Groups: ...
     @property
@@ -121,3 +121,7 @@ class ModelContract(ModelPrimitives, Protocol):
     ) -> torch.Tensor: ...
     def gather_tensor(self, x: torch.Tensor, group: Any) -> torch.Tensor: ...
     def broadcast_tensor(self, x: torch.Tensor, src: int, group: Any) -> torch.Tensor: ...
+    def abort_communicator(self) -> None: ...
+    def known_failure(self) -> tuple[int, str] | None: ...
+    def failure_store(self) -> Any | None: ...
+    def hang_verdict(self, notes: Mapping[int, str], wait: float) -> str | None: ...

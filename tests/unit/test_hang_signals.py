@@ -25,7 +25,11 @@ from distbridge.reliability.ledger import CollectiveLedger
 
 
 class _TwoRanks:
-    """Rank 0 of 2, with the serial model's real ledger (what ``watch_signals`` reads)."""
+    """Rank 0 of 2 that fails together, with the serial model's real ledger (what
+    ``watch_signals`` reads)."""
+
+    fails_together = True
+    engine_trace = None
 
     def __init__(self, ledger: CollectiveLedger) -> None:
         self.ledger = ledger

@@ -29,9 +29,27 @@ class _Rank:
     """Rank 0 of 2 without a store (so no failure note can come), whose collective raises
     ``error``, and whose verdict is ``VERDICT``."""
 
+    fails_together = True
+
     def __init__(self, error: RuntimeError) -> None:
         self.error = error
         self.asked: list[float] = []
+        self.aborted = 0
+
+    def get_rank(self) -> int:
+        return 0
+
+    def get_world_size(self) -> int:
+        return 2
+
+    def known_failure(self) -> None:
+        return None
+
+    def failure_store(self) -> None:
+        return None
+
+    def abort_communicator(self) -> None:
+        self.aborted += 1
 
     def hang_verdict(self, notes: Mapping[int, str], wait: float) -> str | None:
         self.asked.append(wait)
@@ -42,7 +60,7 @@ class _Rank:
         try:
             raise self.error
         except RuntimeError as err:
-            failure = peer_failure("all_reduce", err, self)
+            failure = peer_failure("all_reduce", err, self)  # type: ignore[arg-type]
             if failure is None:
                 raise
             raise failure from err

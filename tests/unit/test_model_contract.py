@@ -7,10 +7,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
 import torch
 
-from distbridge.model_contract import ModelContract, ModelPrimitives
+from distbridge.model_contract import ModelContract
 from distbridge.models.serial import SerialModel
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "distbridge"
@@ -87,16 +86,15 @@ def _members(protocol: type) -> list[str]:
     return sorted(
         name
         for klass in protocol.__mro__
-        if klass.__name__ in ("ModelContract", "ModelPrimitives")
+        if klass.__name__ == "ModelContract"
         for name in (*vars(klass), *getattr(klass, "__annotations__", {}))
         if not name.startswith("_")
     )
 
 
-@pytest.mark.parametrize("protocol", [ModelPrimitives, ModelContract])
-def test_every_member_of_the_contract_is_public_and_on_every_model(protocol: type) -> None:
+def test_every_member_of_the_contract_is_public_and_on_every_model() -> None:
     model = SerialModel()
-    members = _members(protocol)
+    members = _members(ModelContract)
     assert "do_all_reduce" in members
     missing = [name for name in members if not hasattr(model, name)]
     assert missing == []

@@ -11,19 +11,19 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from distbridge.model_contract import ModelPrimitives
+    from distbridge.model_contract import ModelContract
 
 __all__ = ["emulate_all_to_all", "emulate_gather", "emulate_reduce_scatter", "emulate_scatter"]
 
 
-def emulate_gather(model: ModelPrimitives, tensor: torch.Tensor, group: Any) -> list[torch.Tensor]:
+def emulate_gather(model: ModelContract, tensor: torch.Tensor, group: Any) -> list[torch.Tensor]:
     """Gather through all-gather: every rank receives everything (fine for small worlds)."""
     stacked = model.do_all_gather(tensor.unsqueeze(0).contiguous(), group)
     return list(stacked.unbind(0))
 
 
 def emulate_scatter(
-    model: ModelPrimitives,
+    model: ModelContract,
     chunks: list[torch.Tensor] | None,
     out: torch.Tensor,
     src: int,
@@ -37,7 +37,7 @@ def emulate_scatter(
 
 
 def emulate_reduce_scatter(
-    model: ModelPrimitives, tensor: torch.Tensor, op: str, group: Any
+    model: ModelContract, tensor: torch.Tensor, op: str, group: Any
 ) -> torch.Tensor:
     """Reduce-scatter through all-reduce of a copy, then this rank's chunk."""
     full = model.do_all_reduce(tensor.clone(), op, group)
@@ -46,7 +46,7 @@ def emulate_reduce_scatter(
 
 
 def emulate_all_to_all(
-    model: ModelPrimitives,
+    model: ModelContract,
     data: torch.Tensor,
     in_splits: list[int],
     out_splits: list[int],

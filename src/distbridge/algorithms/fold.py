@@ -13,7 +13,7 @@ from distbridge.algorithms import carriers
 from distbridge.algorithms.in_place import divide_
 
 if TYPE_CHECKING:
-    from distbridge.model_contract import ModelPrimitives
+    from distbridge.model_contract import ModelContract
 
 __all__ = ["all_reduce_by_fold", "fold"]
 
@@ -55,7 +55,7 @@ def fold(rows: torch.Tensor, op: str) -> torch.Tensor:
 
 
 def all_reduce_by_fold(
-    model: ModelPrimitives, tensor: torch.Tensor, op: str, group: Any
+    model: ModelContract, tensor: torch.Tensor, op: str, group: Any
 ) -> torch.Tensor:
     """``tensor`` reduced with ``op`` over ``group`` where the backend's own all-reduce cannot
     (or not exactly): every member's tensor all-gathered as one row and folded here in rank

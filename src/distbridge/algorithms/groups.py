@@ -22,7 +22,7 @@ except ImportError:  # a torch built without distributed support
 from distbridge.errors import GroupArgumentError
 
 if TYPE_CHECKING:
-    from distbridge.model_contract import ModelPrimitives
+    from distbridge.model_contract import ModelContract
 
 __all__ = ["GroupCache", "is_mesh", "mesh_group", "not_a_group"]
 
@@ -84,7 +84,7 @@ class GroupCache:
 
     NOT_A_MEMBER = _Membership.NOT_A_MEMBER
 
-    def __init__(self, model: ModelPrimitives) -> None:
+    def __init__(self, model: ModelContract) -> None:
         self._model = weakref.proxy(model)  # no cycle: groups are freed with their model
         self._groups: dict[object, Any] = {}
 

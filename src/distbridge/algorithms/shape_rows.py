@@ -18,7 +18,7 @@ import torch
 from distbridge.algorithms import codec
 
 if TYPE_CHECKING:
-    from distbridge.model_contract import ModelPrimitives
+    from distbridge.model_contract import ModelContract
 
 __all__ = [
     "BAD",
@@ -81,7 +81,7 @@ def decode(rows: np.ndarray[Any, Any]) -> tuple[torch.dtype, list[tuple[int, ...
     return codec.dtype_from_code(dtypes.pop()), shapes
 
 
-def exchange(model: ModelPrimitives, rows: list[list[int]], group: Any) -> np.ndarray[Any, Any]:
+def exchange(model: ModelContract, rows: list[list[int]], group: Any) -> np.ndarray[Any, Any]:
     """All-gather every rank's rows: an array of shape (group size, len(rows), width)."""
     local = torch.tensor(rows, dtype=torch.int64, device=model.collective_device())
     out = model.do_all_gather(local.reshape(-1), group).cpu().numpy()

@@ -10,20 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any
 
-__all__ = ["Activate", "JoinedModel", "MakeModel"]
+from distbridge.model_contract import ModelContract
 
-
-class JoinedModel(Protocol):
-    """The part of a computation model a worker uses after joining the job."""
-
-    def is_current(self) -> bool: ...
-    def finalize(self) -> None: ...
-    def get_local_rank(self) -> int: ...
-
+__all__ = ["Activate", "MakeModel"]
 
 #: ``Model.from_backend``: joins the job described by the environment, returns the model.
-MakeModel = Callable[..., JoinedModel]
+MakeModel = Callable[..., ModelContract]
 #: Enters a worker's model as the active one for the duration of the block.
 Activate = Callable[[Any], AbstractContextManager[Any]]

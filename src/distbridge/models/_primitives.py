@@ -6,7 +6,7 @@ lack (reduce, gather, scatter, reduce-scatter, all-to-all, in-place all-gather) 
 default emulations built on the required primitives; override them where the backend
 has the op. The algorithms and the reliability code call the same primitives under public
 names (``do_all_reduce`` for ``_do_all_reduce``, ``group_size`` for ``_group_size``...): that
-surface is the typed contract ``distbridge.model_contract.ModelPrimitives``, and a backend
+surface is the typed contract ``distbridge.model_contract.ModelContract``, and a backend
 overrides only the ``_`` hooks. The public algorithm built on all of this is
 ``ComputationModel``.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import torch
 from typing_extensions import Self
@@ -23,6 +23,9 @@ from typing_extensions import Self
 from distbridge._types import SpawnResult
 from distbridge.algorithms import emulations
 from distbridge.reliability.timed_barrier import CompletedBarrier
+
+if TYPE_CHECKING:
+    from distbridge.model_contract import ModelContract
 
 __all__ = ["BackendPrimitives"]
 
@@ -169,6 +172,28 @@ class BackendPrimitives(ABC):
     def finalize(self) -> None:
         """Tear down the context this model created and undo its side effects."""
 
+    # ---- failing together (``reliability/fail_together.py``): the native and Horovod models
+
+    #: whether this model takes part; without it, the four methods below answer "nothing"
+    fails_together: ClassVar[bool] = False
+
+    def abort_communicator(self) -> None:
+        """End this rank's part of the communicator, so that the peers' collectives fail."""
+        return
+
+    def known_failure(self) -> tuple[int, str] | None:
+        """The failure note this rank's watcher has already read, if any."""
+        return None
+
+    def failure_store(self) -> Any | None:
+        """The store that holds the job's failure note (any view of it), if there is one."""
+        return None
+
+    def hang_verdict(self, notes: Mapping[int, str], wait: float) -> str | None:
+        """The verdict from every rank's ledger, asked through the store for up to ``wait``
+        seconds (``notes``: rank -> why it cannot answer); None without one."""
+        return None
+
     # ---- primitives a backend supplies -------------------------------------------------------
 
     @abstractmethod
@@ -239,6 +264,11 @@ class BackendPrimitives(ABC):
 
     # ---- primitives with a default emulation (override where the backend has the op) ---------
 
+    def _contract(self) -> ModelContract:
+        """This model as the algorithms take it: a `ComputationModel` is one (the
+        emulations below run only on one)."""
+        return cast("ModelContract", self)
+
     def _do_reduce(self, tensor: torch.Tensor, dst: int, op: str, group: Any) -> torch.Tensor:
         """Reduce onto global rank ``dst``; the result only matters there. Default: all-reduce."""
         return self._do_all_reduce(tensor, op, group)
@@ -246,26 +276,26 @@ class BackendPrimitives(ABC):
     def _do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:
         """Every member's ``tensor`` (same shape everywhere) on ``dst``; None elsewhere.
         Default: all-gather."""
-        return emulations.emulate_gather(self, tensor, group)
+        return emulations.emulate_gather(self._contract(), tensor, group)
 
     def _do_scatter(
         self, chunks: list[torch.Tensor] | None, out: torch.Tensor, src: int, group: Any
     ) -> torch.Tensor:
         """Fill ``out`` with ``chunks[group rank]`` from ``src`` (same shapes); return it.
         Default: one broadcast of every chunk."""
-        return emulations.emulate_scatter(self, chunks, out, src, group)
+        return emulations.emulate_scatter(self._contract(), chunks, out, src, group)
 
     def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
         """Chunk ``group rank`` of the reduction of ``tensor`` split along dim 0; must not modify
         ``tensor``. Default: all-reduce of a copy."""
-        return emulations.emulate_reduce_scatter(self, tensor, op, group)
+        return emulations.emulate_reduce_scatter(self._contract(), tensor, op, group)
 
     def _do_all_to_all(
         self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
     ) -> torch.Tensor:
         """Flat all-to-all: send ``data.split(in_splits)[j]`` to group rank j, return what every
         rank sent here, concatenated (``out_splits`` long). Default: all-gathers."""
-        return emulations.emulate_all_to_all(self, data, in_splits, out_splits, group)
+        return emulations.emulate_all_to_all(self._contract(), data, in_splits, out_splits, group)
 
     def _do_all_to_all_even(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
         """All-to-all of a contiguous ``tensor`` whose dim 0 splits into group-size equal
@@ -301,7 +331,7 @@ class BackendPrimitives(ABC):
         return None
 
     # ---- the primitives under public names: what algorithms and reliability call ------------
-    # (``distbridge.model_contract.ModelPrimitives``; a backend overrides the ``_`` hooks above)
+    # (``distbridge.model_contract.ModelContract``; a backend overrides the ``_`` hooks above)
 
     def collective_device(self) -> torch.device:
         """Where numbers, strings and headers are encoded for this backend's collectives."""

@@ -2,7 +2,7 @@
 
 The ledger records distbridge's public collectives; some backends also record what their
 engine ran (torch.distributed's flight recorder, on gloo and NCCL). A model that has such a
-record gives its tail as plain data (``ModelPrimitives.engine_trace``), each rank's hang
+record gives its tail as plain data (``ModelContract.engine_trace``), each rank's hang
 report carries it, and the verdict adds what it says beyond the ledger:
 
 - for a rank that is behind, its last engine collective of the group and its state

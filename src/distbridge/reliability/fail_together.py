@@ -33,8 +33,8 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from torch._C._distributed_c10d import PrefixStore  # where torch defines it
 from torch.distributed import distributed_c10d as c10d
@@ -43,9 +43,10 @@ from distbridge.errors import CollectiveTimeout, DistributedError, PeerFailed
 from distbridge.reliability import coordination
 from distbridge.reliability.connections import Connections
 
+if TYPE_CHECKING:
+    from distbridge.model_contract import ModelContract
+
 __all__ = [
-    "Abortable",
-    "Explains",
     "abort_communicator",
     "default_store_or_none",
     "failure_key",
@@ -80,35 +81,6 @@ _LEFT_KEY = "distbridge/left/{rank}"
 Teardown = Callable[[], object]
 
 
-@runtime_checkable
-class Abortable(Protocol):
-    """A model that takes part in failing together (the native and Horovod models)."""
-
-    def abort_communicator(self) -> None:
-        """End this rank's part of the communicator, so that the peers' collectives fail."""
-
-    def known_failure(self) -> tuple[int, str] | None:
-        """The failure note this rank's watcher has already read, if any."""
-
-    def failure_store(self) -> Any | None:
-        """The store that holds the job's failure note (any view of it), if there is one."""
-
-    def get_rank(self) -> int:
-        """This rank."""
-
-    def get_world_size(self) -> int:
-        """The number of ranks in the job."""
-
-
-@runtime_checkable
-class Explains(Protocol):
-    """A model that keeps a collective ledger and can give the hang verdict."""
-
-    def hang_verdict(self, notes: Mapping[int, str], wait: float) -> str | None:
-        """The verdict from every rank's ledger, asked through the store for up to ``wait``
-        seconds (``notes``: rank -> why it cannot answer); None without a store."""
-
-
 def _timed_out(err: BaseException) -> bool:
     text = str(err).lower()
     return "timed out" in text or "timeout" in text
@@ -132,13 +104,11 @@ def _with_verdict(err: RuntimeError, first: str, text: str) -> RuntimeError | No
         return None
 
 
-def _explained(op: str, err: RuntimeError, owner: object, failure: PeerFailed | None) -> Any:
+def _explained(op: str, err: RuntimeError, owner: ModelContract, failure: PeerFailed | None) -> Any:
     """``failure`` with the hang verdict added; for a timeout without a failed peer, a
     `CollectiveTimeout` with the verdict; for a lost peer that left no note (Horovod's
     engine shuts down on every rank when one is killed), ``err``'s type with the verdict;
     else None."""
-    if not isinstance(owner, Explains):
-        return failure
     timed_out = _timed_out(err)
     lost = failure is None and not timed_out and _lost_peer(err)
     if failure is None and not timed_out and not lost:
@@ -290,34 +260,30 @@ def _who_left(store: Any, me: int, world_size: int) -> int | None:
     return None
 
 
-def _await_note(store: Any, owner: object, wait: float) -> tuple[int, str] | None:
+def _await_note(store: Any, owner: ModelContract, wait: float) -> tuple[int, str] | None:
     """The failure note, from this rank's watcher or the store, waiting up to ``wait`` s."""
     deadline = time.monotonic() + wait
     while True:
-        known = owner.known_failure() if isinstance(owner, Abortable) else None
+        known = owner.known_failure()
         note = known if known is not None else read_failure(store)
         if note is not None or time.monotonic() >= deadline:
             return note
         time.sleep(_POLL_SECONDS)
 
 
-def _job_of(owner: object) -> tuple[Any, int, int] | None:
+def _job_of(owner: ModelContract) -> tuple[Any, int, int] | None:
     """``(store, rank, world_size)`` of the job ``owner`` runs in, or None without a store."""
     try:
-        if isinstance(owner, Abortable):
-            store = owner.failure_store()
-            me, world_size = owner.get_rank(), owner.get_world_size()
-        else:
-            store = coordination.default_store()
-            me, world_size = c10d.get_rank(), c10d.get_world_size()
+        store = owner.failure_store()
+        me, world_size = owner.get_rank(), owner.get_world_size()
     except Exception:
         return None
     return None if store is None else (store, me, world_size)
 
 
-def _peer_failure(op: str, err: RuntimeError, owner: Any) -> PeerFailed | None:
+def _peer_failure(op: str, err: RuntimeError, owner: ModelContract) -> PeerFailed | None:
     """The `PeerFailed` that explains ``err`` raised by ``op``, or None if nothing does."""
-    known = owner.known_failure() if isinstance(owner, Abortable) else None
+    known = owner.known_failure()
     if known is not None:  # read by the watcher, maybe while the store still lived
         rank, summary = known
         detail = f"Rank {owner.get_rank()} stopped in {op} because of it"
@@ -348,7 +314,7 @@ def _peer_failure(op: str, err: RuntimeError, owner: Any) -> PeerFailed | None:
     return PeerFailed(rank, summary, f"{where}; rank {rank}'s own error says why.")
 
 
-def peer_failure(op: str, err: BaseException, owner: object) -> BaseException | None:
+def peer_failure(op: str, err: BaseException, owner: ModelContract) -> BaseException | None:
     """What to raise instead of ``err``, raised by the engine in ``op``: `PeerFailed` naming
     the failed peer, or the backend's error or `CollectiveTimeout` with the hang verdict;
     None when nothing explains it (then ``err`` stands). Aborts this rank's communicator when
@@ -356,10 +322,10 @@ def peer_failure(op: str, err: BaseException, owner: object) -> BaseException | 
     (``RuntimeError``, not distbridge's own) of a model that fails together are looked at."""
     if not isinstance(err, RuntimeError) or isinstance(err, DistributedError):
         return None
-    if not isinstance(owner, (Abortable, Explains)):  # the serial and XLA models
+    if not owner.fails_together:  # the serial and XLA models
         return None
     failure: BaseException | None = _explained(op, err, owner, _peer_failure(op, err, owner))
-    if failure is not None and isinstance(owner, Abortable):
+    if failure is not None:
         with contextlib.suppress(Exception):
             owner.abort_communicator()
     return failure

@@ -41,12 +41,15 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 from distbridge.reliability.engine_trace import EngineTrace
 from distbridge.reliability.hang_report import DIR_ENV_VAR, report, write_report
 from distbridge.reliability.job_cards import card_dir
 from distbridge.reliability.ledger import CollectiveLedger
+
+if TYPE_CHECKING:
+    from distbridge.model_contract import ModelContract
 
 __all__ = [
     "DUMP_SIGNAL",
@@ -244,24 +247,22 @@ def answer_report_signal(rank: int, directory: str) -> None:
         _installed.append(_Watch(rank, empty, None, [DUMP_SIGNAL], None, directory, True))
 
 
-def report_on_signal(model: Any) -> None:
+def report_on_signal(model: ModelContract) -> None:
     """Report ``model``'s rank, ledger and engine record on SIGUSR2 from now on (a
     launcher's worker, once it joined the job)."""
-    ledger = getattr(model, "ledger", None)
-    if _installed and isinstance(ledger, CollectiveLedger):
+    if _installed:
         watch = _installed[0]
-        watch.rank, watch.ledger = model.get_rank(), ledger
-        watch.engine = getattr(model, "engine_trace", None)
+        watch.rank, watch.ledger, watch.engine = model.get_rank(), model.ledger, model.engine_trace
 
 
-def watch_signals(model: Any) -> None:
-    """Install the handlers for ``model``'s rank (see the module); nothing for a world of one,
-    a model without a ledger or verdict, or outside the main thread. In a process that
-    answers SIGUSR2 already (a launcher's), only what it reports changes."""
-    ledger = getattr(model, "ledger", None)
-    explain = getattr(model, "hang_verdict", None)  # the models that can ask their peers
-    engine = getattr(model, "engine_trace", None)  # every model; the record: native ones
-    if _installed or not isinstance(ledger, CollectiveLedger):
+def watch_signals(model: ModelContract) -> None:
+    """Install the handlers for ``model``'s rank (see the module); nothing for a world of one
+    or outside the main thread; SIGTERM's verdict only for a model that fails together (it
+    can ask its peers). In a process that answers SIGUSR2 already (a launcher's), only what
+    it reports changes."""
+    explain = model.hang_verdict if model.fails_together else None
+    ledger, engine = model.ledger, model.engine_trace  # the record: native models only
+    if _installed:
         report_on_signal(model)
         return
     if model.get_world_size() < 2 or threading.current_thread() is not threading.main_thread():

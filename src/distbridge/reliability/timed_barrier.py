@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from distbridge.algorithms.groups import GroupCache
 from distbridge.errors import BarrierTimeout, DistributedError, PeerFailed
-from distbridge.reliability.fail_together import ANSWER_WAIT_SECONDS, Explains, read_failure
+from distbridge.reliability.fail_together import ANSWER_WAIT_SECONDS, read_failure
 from distbridge.reliability.liveness import while_current
 from distbridge.reliability.stacks import StackWatcher, dump
 
@@ -162,9 +162,7 @@ def make_timed_barriers(model: ModelContract) -> tuple[StoreBarrier, StackWatche
 def _verdict(ref: weakref.ref[ModelContract]) -> str | None:
     """The hang verdict of the model ``ref`` points to, where it can give one."""
     model = ref()
-    if not isinstance(model, Explains):
-        return None
-    return model.hang_verdict({}, ANSWER_WAIT_SECONDS)
+    return None if model is None else model.hang_verdict({}, ANSWER_WAIT_SECONDS)
 
 
 def dump_all_stacks(model: ModelContract, reason: str) -> str:

@@ -30,7 +30,7 @@ from distbridge._registry import registry
 from distbridge.errors import PeerFailed
 from distbridge.launch.warm_start import die_with_parent
 from distbridge.models.base import ComputationModel
-from distbridge.reliability.fail_together import Abortable, record_failure, summarize
+from distbridge.reliability.fail_together import record_failure, summarize
 from distbridge.reliability.hang_signals import answer_report_signal, report_dir, report_on_signal
 from distbridge.testing._protocol import Outcome, Setup, Task
 
@@ -142,7 +142,7 @@ def _fail_together(
     model: ComputationModel | None, rank: int, world: int, exc: BaseException
 ) -> None:
     """Fail together: leave the failure note and cut this rank's connections."""
-    if isinstance(model, Abortable) and model.is_current() and world > 1:
+    if model is not None and model.fails_together and model.is_current() and world > 1:
         with contextlib.suppress(Exception):
             record_failure(model.failure_store(), rank, summarize(exc), world)
             model.abort_communicator()

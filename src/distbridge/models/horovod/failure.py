@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from distbridge.reliability import fail_together, failure_hook
 from distbridge.reliability.failure_watch import FailureWatch, start_watch
@@ -35,7 +35,9 @@ __all__ = ["HorovodFailTogether"]
 
 
 class HorovodFailTogether:
-    """The fail-together part of ``HorovodModel``: `Abortable` for `translate_peer_failure`."""
+    """The fail-together part of ``HorovodModel``: what `fail_together.peer_failure` asks."""
+
+    fails_together: ClassVar[bool] = True
 
     _watch: FailureWatch | None = None
     _reporter: Reporter | None = None  # publishes the ledger for the hang verdict

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from distbridge.reliability import coordination, fail_together, failure_hook
 from distbridge.reliability.failure_watch import FailureWatch, start_watch
@@ -31,6 +31,8 @@ __all__ = ["NativeFailTogether"]
 
 class NativeFailTogether:
     """The fail-together and hang-report part of ``NativeModel``."""
+
+    fails_together: ClassVar[bool] = True
 
     _watch: FailureWatch | None = None  # learns of a peer's failure (initialize only)
     _reporter: Reporter | None = None  # publishes the ledger (initialize only)
