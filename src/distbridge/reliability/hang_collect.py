@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distbridge.reliability.engine_trace import EngineTrace
 from distbridge.reliability.fail_together import job_root, read_failure
@@ -25,7 +25,6 @@ from distbridge.reliability.hang_report import (
     DIR_ENV_VAR,
     REQUEST_KEY,
     WORLD_KEY,
-    LedgerOwner,
     answer_key,
     as_report,
     ledger_key,
@@ -33,6 +32,9 @@ from distbridge.reliability.hang_report import (
 )
 from distbridge.reliability.ledger import CollectiveLedger
 from distbridge.reliability.verdict import RankReport, verdict
+
+if TYPE_CHECKING:
+    from distbridge.model_contract import ModelContract
 
 __all__ = ["ask_job", "collect", "job_verdict", "read_dump_dir"]
 
@@ -180,7 +182,7 @@ def ask_job(address: str, wait: float = 3.0) -> tuple[list[RankReport], int]:
 
 def job_verdict(
     store: Any,
-    model: LedgerOwner,
+    model: ModelContract,
     notes: Mapping[int, str],
     wait: float,
     engine: EngineTrace | None = None,

@@ -38,7 +38,7 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from distbridge._frames import inside, outside, site
 from distbridge.reliability.engine_trace import EngineTrace, engine_part, engine_records
@@ -49,11 +49,13 @@ from distbridge.reliability.liveness import while_current
 from distbridge.reliability.stacks import died_in, disable_fault_dump, enable_fault_dump
 from distbridge.reliability.verdict import RankReport, Record, headline
 
+if TYPE_CHECKING:
+    from distbridge.model_contract import ModelContract
+
 __all__ = [
     "DIR_ENV_VAR",
     "REQUEST_KEY",
     "WORLD_KEY",
-    "LedgerOwner",
     "Reporter",
     "answer_key",
     "as_report",
@@ -301,18 +303,8 @@ def write_report(directory: str, rank: int, data: Mapping[str, Any]) -> str:
     return path
 
 
-class LedgerOwner(Protocol):
-    """What `start_reporter` and `job_verdict` use of a model (``ModelContract``'s part)."""
-
-    ledger: CollectiveLedger
-
-    def get_rank(self) -> int: ...
-    def get_world_size(self) -> int: ...
-    def is_current(self) -> bool: ...
-
-
 def start_reporter(
-    store: Any, model: LedgerOwner, engine: EngineTrace | None = None
+    store: Any, model: ModelContract, engine: EngineTrace | None = None
 ) -> Reporter | None:
     """A `Reporter` of ``model``'s ledger (and its ``engine`` record, if given) through
     ``store``, which ends when the model's context is gone; None where the store cannot be

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING
 
-__all__ = ["HasContext", "while_current"]
+if TYPE_CHECKING:
+    from distbridge.model_contract import ModelContract
 
-
-class HasContext(Protocol):
-    """What `while_current` asks of a model."""
-
-    def is_current(self) -> bool: ...
+__all__ = ["while_current"]
 
 
-def while_current(model: HasContext) -> Callable[[], bool]:
+def while_current(model: ModelContract) -> Callable[[], bool]:
     """A check that is True while ``model`` exists and its context is the live one; the model
     is held weakly."""
     ref = weakref.ref(model)

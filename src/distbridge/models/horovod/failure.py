@@ -29,6 +29,7 @@ from distbridge.reliability.hang_collect import job_verdict
 from distbridge.reliability.hang_report import Reporter, record_for_launcher, start_reporter
 
 if TYPE_CHECKING:
+    from distbridge.model_contract import ModelContract
     from distbridge.reliability.ledger import CollectiveLedger
 
 __all__ = ["HorovodFailTogether"]
@@ -54,6 +55,9 @@ class HorovodFailTogether:
         def get_rank(self) -> int:
             """This rank."""
 
+        def _contract(self) -> ModelContract:
+            """This model as the code below the models takes it."""
+
         def get_world_size(self) -> int:
             """The number of ranks."""
 
@@ -70,7 +74,7 @@ class HorovodFailTogether:
         self._fails_together = True
         failure_hook.install_excepthook(rank, world_size, self._hvd.shutdown, self.failure_store)
         self._watch = start_watch(store, rank, lambda: None)  # keeps the note; nothing to cut
-        self._reporter = start_reporter(store, self)
+        self._reporter = start_reporter(store, self._contract())
 
     def _leave_job(self, current: bool) -> None:
         """At ``finalize``: stop watching; then, if this context is still ``current``, tell
@@ -103,7 +107,7 @@ class HorovodFailTogether:
         Horovod's own stall shutdown, a signal, ``python -m distbridge why``)."""
         if not self._fails_together:
             return None
-        return job_verdict(self._store, self, notes, wait)
+        return job_verdict(self._store, self._contract(), notes, wait)
 
     def failure_store(self) -> Any | None:
         """The coordination store, where this context fails together (``initialize`` in a

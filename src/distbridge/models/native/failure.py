@@ -22,6 +22,7 @@ from distbridge.reliability.hang_collect import job_verdict
 from distbridge.reliability.hang_report import Reporter, record_for_launcher, start_reporter
 
 if TYPE_CHECKING:
+    from distbridge.model_contract import ModelContract
     from distbridge.models._layout import Layout
     from distbridge.reliability.connections import Connections
     from distbridge.reliability.ledger import CollectiveLedger
@@ -49,6 +50,9 @@ class NativeFailTogether:
         def get_rank(self) -> int:
             """This rank."""
 
+        def _contract(self) -> ModelContract:
+            """This model as the code below the models takes it."""
+
         def get_world_size(self) -> int:
             """The number of ranks."""
 
@@ -63,7 +67,7 @@ class NativeFailTogether:
         store = coordination.default_store()
         self._watch = start_watch(store, rank, self.abort_communicator)
         engine = self.engine_trace
-        self._reporter = None if store is None else start_reporter(store, self, engine)
+        self._reporter = None if store is None else start_reporter(store, self._contract(), engine)
 
     def _leave_job(self, current: bool) -> None:
         """At ``finalize``: stop watching and reporting; then, if this context is still
@@ -91,7 +95,7 @@ class NativeFailTogether:
         store = coordination.default_store()
         if store is None:
             return None
-        return job_verdict(store, self, notes, wait, self.engine_trace)
+        return job_verdict(store, self._contract(), notes, wait, self.engine_trace)
 
     def failure_store(self) -> Any | None:
         """The default process group's store, which holds the failure note."""
