@@ -96,6 +96,9 @@ def test_the_verdict_names_the_rank_whose_call_differs_under_horovodrun(tmp_path
             os.killpg(job.pid, signal.SIGKILL)
             job.communicate()
     assert job.returncode != 0, output[-3000:]
+    # each rank's own error (Horovod's "Mismatched ALLREDUCE tensor shapes") names the rank too
+    assert "The ranks passed different tensors. Why, from every rank" in output, output[-3000:]
+    assert _first_line(3, "float32[4]") in output, output[-3000:]
     why = [sys.executable, "-m", "distbridge", "why", str(dumps)]
     done = subprocess.run(why, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,3 +117,28 @@ def test_trouble_is_a_collective_not_returned_or_raised() -> None:
     assert not hang_signals._in_trouble(ledger)
     ledger.world.raised[1] = 1
     assert hang_signals._in_trouble(ledger)
+
+
+_LATER_HANDLER = """
+import os, signal, sys, time
+from distbridge._state import current
+from distbridge.reliability.hang_signals import watch_signals
+from tests.unit.test_hang_signals import _TwoRanks
+
+watch_signals(_TwoRanks(current().ledger))  # SIGTERM: the verdict's handler and thread
+got = []
+signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))  # a stop request
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(3 * {wait})  # the thread would end a process in no trouble after {wait} s
+print("alive", got == [signal.SIGTERM])
+"""
+
+
+def test_a_sigterm_handler_installed_later_decides_what_sigterm_does() -> None:
+    code = _LATER_HANDLER.format(wait=hang_signals.MAIN_THREAD_SECONDS)
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(root / "src")]))
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "alive True"), done.stderr[-2000:]

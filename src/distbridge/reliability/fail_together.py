@@ -76,6 +76,8 @@ _CONNECTION_LOST = (
     "connection refused",
     "horovod has been shut down",  # Horovod's engine stops on every rank when one shuts down
 )
+#: Horovod's word when the ranks passed tensors of other shapes or dtypes to one collective
+_MISMATCHED = "mismatched"
 _LEFT_KEY = "distbridge/left/{rank}"
 
 Teardown = Callable[[], object]
@@ -91,13 +93,10 @@ def _lost_peer(err: BaseException) -> bool:
     return any(marker in text for marker in _CONNECTION_LOST)
 
 
-def _with_verdict(err: RuntimeError, first: str, text: str) -> RuntimeError | None:
-    """``err``'s own type (so ``except HorovodInternalError`` still holds) with the verdict
-    after its first line; None where that type cannot be made from one message."""
-    message = (
-        f"{first}\nA peer's connection was lost and it left no note (killed by a signal, or "
-        f"its process ended without a word). Why, from every rank's collective ledger:\n{text}"
-    )
+def _with_verdict(err: RuntimeError, first: str, why: str, text: str) -> RuntimeError | None:
+    """``err``'s own type (so ``except HorovodInternalError`` still holds) with ``why`` and
+    the verdict after its first line; None where that type cannot be made from one message."""
+    message = f"{first}\n{why} Why, from every rank's collective ledger:\n{text}"
     try:
         return type(err)(message)
     except Exception:
@@ -107,10 +106,12 @@ def _with_verdict(err: RuntimeError, first: str, text: str) -> RuntimeError | No
 def _explained(op: str, err: RuntimeError, owner: ModelContract, failure: PeerFailed | None) -> Any:
     """``failure`` with the hang verdict added; for a timeout without a failed peer, a
     `CollectiveTimeout` with the verdict; for a lost peer that left no note (Horovod's
-    engine shuts down on every rank when one is killed), ``err``'s type with the verdict;
-    else None."""
+    engine shuts down on every rank when one is killed) or a mismatch the engine found
+    without naming the rank (Horovod's "Mismatched ALLREDUCE tensor shapes"), ``err``'s type
+    with the verdict; else None."""
     timed_out = _timed_out(err)
-    lost = failure is None and not timed_out and _lost_peer(err)
+    mismatched = failure is None and not timed_out and _MISMATCHED in str(err).lower()
+    lost = failure is None and not timed_out and (_lost_peer(err) or mismatched)
     if failure is None and not timed_out and not lost:
         return None
     notes = {} if failure is None else {failure.rank: f"it failed: {failure.summary}"}
@@ -126,8 +127,14 @@ def _explained(op: str, err: RuntimeError, owner: ModelContract, failure: PeerFa
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     if not text:
         return None
+    if mismatched:
+        return _with_verdict(err, first, "The ranks passed different tensors.", text)
     if lost:
-        return _with_verdict(err, first, text)
+        why = (
+            "A peer's connection was lost and it left no note (killed by a signal, or its "
+            "process ended without a word)."
+        )
+        return _with_verdict(err, first, why, text)
     return CollectiveTimeout(
         f"{op} timed out. {text}\n(From the ranks' collective ledgers and stacks, and torch's "
         f"flight recorder where it keeps one; the backend said: {first})",

@@ -115,8 +115,13 @@ class _Watch:
             for signum in got:
                 if signum == DUMP_SIGNAL and DUMP_SIGNAL in self.saved:
                     self.dump()
-                elif signum == signal.SIGTERM and signal.SIGTERM in self.saved:
+                elif signum == signal.SIGTERM and self.handles(signal.SIGTERM):
                     self.terminate()
+
+    def handles(self, signum: int) -> bool:
+        """Whether this watch's handler is still the one installed for ``signum`` (a
+        handler installed after it, as a `StopGuard`'s, decides what SIGTERM does)."""
+        return signum in self.saved and signal.getsignal(signum) == self.in_main_thread
 
     def terminate(self) -> None:
         """SIGTERM, in the thread: the verdict, then the end. A rank in no trouble leaves it
