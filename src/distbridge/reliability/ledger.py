@@ -7,7 +7,7 @@ world is ``None``) and the caller's code position (the first frame outside distb
 group's log then says whether the rank has passed it. Only the last ``capacity`` entries of
 each group are kept, in a ring of tuples; rendering (file:line, dtype names) waits until
 someone reads the ledger (`snapshot`), so recording costs a few hundred nanoseconds. The
-recording itself is `distbridge.reliability.recording.recorded`, a wrapper of each method.
+recording itself is ``distbridge.models.base.collective``, a wrapper of each method.
 
 Sequence numbers count this rank's calls per group, so the n-th collective of a group is
 ``#n`` on every member: comparing ledgers across ranks shows who is behind and who called

@@ -9,7 +9,7 @@ has somewhere to leave its note. A failing rank (uncaught exception: the excepth
 exception propagating through ``finalize``) writes the note, then shuts Horovod down:
 Horovod's engine agrees on a shutdown in its next cycle, so the collectives the other ranks
 are blocked in, and every one they start later, fail with "Horovod has been shut down" even
-while the failing process lingers. `translate_peer_failure` turns that error into
+while the failing process lingers. `fail_together.peer_failure` turns that error into
 `PeerFailed` naming the failed rank (from the copy of the note the failure watcher keeps, so
 it works even after rank 0, the store's host, has gone).
 
