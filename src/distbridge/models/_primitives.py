@@ -172,28 +172,6 @@ class BackendPrimitives(ABC):
     def finalize(self) -> None:
         """Tear down the context this model created and undo its side effects."""
 
-    # ---- failing together (``reliability/fail_together.py``): the native and Horovod models
-
-    #: whether this model takes part; without it, the four methods below answer "nothing"
-    fails_together: ClassVar[bool] = False
-
-    def abort_communicator(self) -> None:
-        """End this rank's part of the communicator, so that the peers' collectives fail."""
-        return
-
-    def known_failure(self) -> tuple[int, str] | None:
-        """The failure note this rank's watcher has already read, if any."""
-        return None
-
-    def failure_store(self) -> Any | None:
-        """The store that holds the job's failure note (any view of it), if there is one."""
-        return None
-
-    def hang_verdict(self, notes: Mapping[int, str], wait: float) -> str | None:
-        """The verdict from every rank's ledger, asked through the store for up to ``wait``
-        seconds (``notes``: rank -> why it cannot answer); None without one."""
-        return None
-
     # ---- primitives a backend supplies -------------------------------------------------------
 
     @abstractmethod

@@ -13,8 +13,8 @@ collectives on top.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Final
 
 import torch
 
@@ -133,6 +133,28 @@ class ModelSurface(BackendPrimitives):
             members = self._group_members(group)
             if root not in members:
                 raise ValueError(f"{name}={root} is not a member of the group {list(members)}.")
+
+    # ---- failing together (``reliability/fail_together.py``): the native and Horovod models
+
+    #: whether this model takes part; without it, the four methods below answer "nothing"
+    fails_together: ClassVar[bool] = False
+
+    def abort_communicator(self) -> None:
+        """End this rank's part of the communicator, so that the peers' collectives fail."""
+        return
+
+    def known_failure(self) -> tuple[int, str] | None:
+        """The failure note this rank's watcher has already read, if any."""
+        return None
+
+    def failure_store(self) -> Any | None:
+        """The store that holds the job's failure note (any view of it), if there is one."""
+        return None
+
+    def hang_verdict(self, notes: Mapping[int, str], wait: float) -> str | None:
+        """The verdict from every rank's ledger, asked through the store for up to ``wait``
+        seconds (``notes``: rank -> why it cannot answer); None without one."""
+        return None
 
     def interpose(self, name: str, call: Callable[..., Any] | None) -> None:
         """Hand this model's public collective ``name`` to ``call`` (an instance attribute
