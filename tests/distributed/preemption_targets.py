@@ -141,8 +141,9 @@ def main() -> None:
     parser.add_argument("--signal", default="SIGUSR2")
     parser.add_argument("--check-every", type=int, default=5)
     parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--backend", default="gloo")
     args = parser.parse_args()
-    idist.initialize("gloo")
+    idist.initialize(args.backend)
     try:
         train(0, args.run_dir, args.total, args.kill_at, args.kill_rank, args.signal,
               args.check_every, sleep=args.sleep)  # fmt: skip

@@ -9,6 +9,7 @@ skipped where slurm-wlm is not installed).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -94,6 +95,28 @@ def test_the_hang_verdict_yields_sigterm_to_the_guard_and_gets_it_back(tmp_path:
     verdict, guard = "distbridge.reliability.hang_signals", "distbridge.preemption"
     for rank in (0, 1):
         assert records(tmp_path, rank)[0]["sigterm"] == [verdict, guard, verdict]
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("horovod") is None, reason="horovod is not installed: nox -s horovod"
+)
+def test_horovodrun_one_rank_signalled(tmp_path: Path) -> None:
+    """Under horovodrun on the Horovod backend, rank 1 sends itself SIGUSR2 after step 7: both
+    ranks stop at step 10 with one complete checkpoint, and a second run resumes there."""
+    launcher = str(Path(sys.executable).with_name("horovodrun"))
+    command = [launcher, "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, str(SCRIPT),
+               str(tmp_path), "20", "--kill-at", "7", "--backend", "horovod"]  # fmt: skip
+    env = dict(_env(), OMP_NUM_THREADS="1")
+    for run in (0, 1):
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=180)  # fmt: skip
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        first = [records(tmp_path, rank)[run] for rank in (0, 1)]
+        if run == 0:
+            assert [r["stop"] for r in first] == [10, 10]
+            assert [p.name for p in tmp_path.glob("*.pt*")] == ["step-000000010.pt"]
+        else:
+            assert [r["start"] for r in first] == [10, 10] and first[0]["stop"] is None
 
 
 @pytest.mark.timeout(420)

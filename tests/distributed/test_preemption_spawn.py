@@ -151,3 +151,12 @@ def test_agreements_too_far_apart_for_the_launcher_s_kill_are_said_once(
     (tmp_path / "default").mkdir()
     _spawn(tmp_path / "default", sleep=0.02)
     assert "the ranks agree every" not in capfd.readouterr().err
+
+
+def test_under_parallel(tmp_path: Path, straight: Any) -> None:
+    """ignite's Parallel spawning the workers: the same agreement as spawn's."""
+    with idist.Parallel(backend="gloo", nproc_per_node=2) as parallel:
+        parallel.run(train, str(tmp_path), TOTAL, 7)  # rank 1 signals itself after step 7
+    assert [runs[0]["stop"] for runs in _runs(tmp_path)] == [10, 10]
+    assert _complete(tmp_path) == ["step-000000010.pt"]
+    _check_resumed(tmp_path, straight, 10)

@@ -14,6 +14,7 @@ a file then, and `died_in` reads from it which collective the main thread was in
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import faulthandler
 import glob
@@ -24,6 +25,7 @@ import socket
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -44,6 +46,20 @@ LOG = logging.getLogger("distbridge")
 REQUEST_KEY = "stacks/requests"
 REASON_KEY = "stacks/reason"
 POLL_SECONDS = 1.0
+#: the live watchers, stopped at exit
+_watchers: weakref.WeakSet[StackWatcher] = weakref.WeakSet()
+
+
+def _stop_watchers() -> None:
+    """At exit, before the interpreter ends its daemon threads, stop every watcher: one that
+    wakes from its store call into a finalizing interpreter is ended inside torch's C++ frame,
+    which aborts the process ("terminate called without an active exception", exit 134),
+    as `failure_watch` explains for its own threads."""
+    for watcher in list(_watchers):
+        watcher.stop()
+
+
+atexit.register(_stop_watchers)
 _THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+)", re.MULTILINE)
 _FRAME = re.compile(r'^  File "(.*)", line (\d+) in (.*)$', re.MULTILINE)
 _fault_file: IO[str] | None = None
@@ -173,11 +189,19 @@ class StackWatcher:
         self._rank = rank
         self._alive = alive
         self._lock = threading.Lock()
+        self._stopped = threading.Event()
         self._seen = int(store.add(REQUEST_KEY, 0))
         self._thread = threading.Thread(
             target=self._run, name="distbridge-stack-watcher", daemon=True
         )
         self._thread.start()
+        _watchers.add(self)
+
+    def stop(self) -> None:
+        """End the thread and wait for it (at exit: see `_stop_watchers`)."""
+        self._stopped.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(POLL_SECONDS + 1.0)
 
     def request(self, reason: str) -> None:
         """Ask every other rank's watcher to dump its stacks (this rank's own is not asked)."""
@@ -186,8 +210,7 @@ class StackWatcher:
             self._seen = int(self._store.add(REQUEST_KEY, 1))
 
     def _run(self) -> None:
-        while self._alive():
-            time.sleep(POLL_SECONDS)
+        while self._alive() and not self._stopped.wait(POLL_SECONDS):
             try:
                 with self._lock:
                     count = int(self._store.add(REQUEST_KEY, 0))
