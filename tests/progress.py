@@ -16,8 +16,8 @@ import pytest
 
 #: What README says; measured with ``python -m pytest`` on 2 cores (see README, Quick start).
 HEADER = (
-    "distbridge: the whole suite takes 9 to 12 minutes on 2 cores (it starts real processes); "
-    "-m 'not distributed' runs the fast subset (about a minute)"
+    "distbridge: the whole suite takes about 23 minutes on 2 cores (it starts real processes); "
+    "-m 'not distributed' runs the fast subset (about two minutes)"
 )
 
 
