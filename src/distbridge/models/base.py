@@ -171,7 +171,7 @@ class ComputationModel(ModelSurface):
 
     def __init__(self) -> None:
         super().__init__()
-        self._debug = debug.enabled_by_env()  # checked first in every public collective
+        self._debug = debug.enabled_by_env()  # checked in every public collective (after compile)
         self._debug_checker = debug.CollectiveChecker()
         # op as given -> canonical name, for the usual spellings ("sum", "Sum", "AVERAGE")
         self._op_names = codec.op_spellings(self.reduce_ops)
