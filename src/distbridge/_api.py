@@ -18,7 +18,7 @@ from distbridge._state import activated, current, install, resync, set_local_ran
 from distbridge._types import SpawnResult
 from distbridge.errors import DistributedError
 from distbridge.reliability.debug import debug_env
-from distbridge.reliability.hang_signals import unwatch_signals, watch_signals
+from distbridge.reliability.hang.signals import unwatch_signals, watch_signals
 
 __all__ = [
     "available_backends",

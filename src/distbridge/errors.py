@@ -170,7 +170,7 @@ class CollectiveTimeout(DistributedError, TimeoutError):  # noqa: N818  (as Barr
     which ranks called another collective.
 
     Attributes:
-        verdict: the verdict's text (see ``distbridge.reliability.verdict``).
+        verdict: the verdict's text (see ``distbridge.reliability.hang.verdict``).
     """
 
     def __init__(self, message: str, *, verdict: str = "") -> None:

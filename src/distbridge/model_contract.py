@@ -23,8 +23,8 @@ import torch
 
 if TYPE_CHECKING:
     from distbridge.algorithms.fast_path import FastPath
-    from distbridge.reliability.ledger import CollectiveLedger
-    from distbridge.reliability.stacks import StackWatcher
+    from distbridge.reliability.hang.ledger import CollectiveLedger
+    from distbridge.reliability.hang.stacks import StackWatcher
 
 __all__ = ["Groups", "ModelContract", "TimedBarriers"]
 

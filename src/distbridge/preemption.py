@@ -34,7 +34,7 @@ from distbridge._state import current
 from distbridge.checkpoint import load_checkpoint, save_checkpoint
 from distbridge.environments.slurm import requeue_job_id
 from distbridge.objects import all_gather_object, broadcast_object
-from distbridge.reliability.hang_signals import unwatch_signals, watch_signals
+from distbridge.reliability.hang.signals import unwatch_signals, watch_signals
 
 __all__ = ["StopGuard", "resume"]
 
@@ -307,5 +307,5 @@ def _signal(name: str) -> int:
 
 
 def _is_hang_watch(handler: Any) -> bool:
-    """Whether ``handler`` is the hang verdict's (reliability/hang_signals.py)."""
+    """Whether ``handler`` is the hang verdict's (reliability/hang/signals.py)."""
     return getattr(handler, "__module__", None) == watch_signals.__module__

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 import distbridge as idist
-from distbridge.reliability import hang_signals
+from distbridge.reliability.hang import signals as hang_signals
 
 
 def work(local_rank: int, folder: str, mode: str) -> tuple[int, float]:

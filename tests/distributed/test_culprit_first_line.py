@@ -23,7 +23,7 @@ import pytest
 import distbridge as idist
 from distbridge._frames import PACKAGE
 from distbridge.errors import WorkerFailedError
-from distbridge.reliability.stacks import format_stacks
+from distbridge.reliability.hang.stacks import format_stacks
 from tests.distributed import hang_targets as targets
 from tests.distributed.hang_checks import site
 from tests.ports import free_port

@@ -221,7 +221,7 @@ def test_diverged_collectives_under_torchrun(tmp_path: Path) -> None:
 
 def test_a_killed_rank_under_torchrun(tmp_path: Path) -> None:
     # torchrun's agent sees rank 2 die and SIGTERMs ranks 0 and 1, stuck in the all-reduce:
-    # their SIGTERM handler (reliability/hang_signals.py) writes the verdict before they end.
+    # their SIGTERM handler (reliability/hang/signals.py) writes the verdict before they end.
     text = _torchrun(tmp_path, "kill")
 
     assert "Signal 9 (SIGKILL) received by PID" in text, text  # torchrun's own summary

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from distbridge.reliability.fail_together import NOTE_WAIT_SECONDS
-from distbridge.reliability.hang_signals import TERMINATION_WAIT_SECONDS
+from distbridge.reliability.hang.signals import TERMINATION_WAIT_SECONDS
 from tests.distributed import hang_targets as targets
 from tests.distributed.hang_checks import (
     SIGTERM_VERDICT,

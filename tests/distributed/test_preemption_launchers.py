@@ -92,7 +92,7 @@ def test_the_hang_verdict_yields_sigterm_to_the_guard_and_gets_it_back(tmp_path:
     done = subprocess.run(command, cwd=REPO, env=_env(), capture_output=True, text=True,
                           timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    verdict, guard = "distbridge.reliability.hang_signals", "distbridge.preemption"
+    verdict, guard = "distbridge.reliability.hang.signals", "distbridge.preemption"
     for rank in (0, 1):
         assert records(tmp_path, rank)[0]["sigterm"] == [verdict, guard, verdict]
 

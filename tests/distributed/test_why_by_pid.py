@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from distbridge.reliability.job_cards import card_dir
+from distbridge.reliability.hang.job_cards import card_dir
 from tests.distributed import hang_targets as targets
 from tests.distributed.hang_checks import (
     STUCK_IN_PYTHON,

@@ -18,9 +18,9 @@ from torch._C._distributed_c10d import HashStore
 import distbridge as idist
 from distbridge.errors import BarrierTimeout, DistributedError, PeerFailed
 from distbridge.reliability import fail_together as _fail_together
-from distbridge.reliability import stacks as _stacks
 from distbridge.reliability import timed_barrier as _barrier
-from distbridge.reliability.stacks import StackWatcher
+from distbridge.reliability.hang import stacks as _stacks
+from distbridge.reliability.hang.stacks import StackWatcher
 from distbridge.reliability.timed_barrier import StoreBarrier
 
 

@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 
 from distbridge.models.native import flight_recorder
 from distbridge.models.serial import SerialModel
-from distbridge.reliability import hang_report
-from distbridge.reliability.engine_trace import EngineRecord, engine_records
-from distbridge.reliability.ledger import CollectiveLedger
-from distbridge.reliability.verdict import RankReport, Record, verdict
+from distbridge.reliability.hang import report as hang_report
+from distbridge.reliability.hang.engine_trace import EngineRecord, engine_records
+from distbridge.reliability.hang.ledger import CollectiveLedger
+from distbridge.reliability.hang.verdict import RankReport, Record, verdict
 
 OPS = ("gloo:all_reduce", "gloo:all_gather", "gloo:broadcast", "gloo:barrier")
 STATES = ("scheduled", "started", "completed", "ended")

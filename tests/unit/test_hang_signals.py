@@ -21,9 +21,9 @@ import torch
 
 import distbridge as idist
 from distbridge._state import current
-from distbridge.reliability import hang_signals
-from distbridge.reliability.hang_signals import DUMP_SIGNAL, unwatch_signals, watch_signals
-from distbridge.reliability.ledger import CollectiveLedger
+from distbridge.reliability.hang import signals as hang_signals
+from distbridge.reliability.hang.ledger import CollectiveLedger
+from distbridge.reliability.hang.signals import DUMP_SIGNAL, unwatch_signals, watch_signals
 
 
 class _TwoRanks:
@@ -122,7 +122,7 @@ def test_trouble_is_a_collective_not_returned_or_raised() -> None:
 _LATER_HANDLER = """
 import os, signal, sys, time
 from distbridge._state import current
-from distbridge.reliability.hang_signals import watch_signals
+from distbridge.reliability.hang.signals import watch_signals
 from tests.unit.test_hang_signals import _TwoRanks
 
 watch_signals(_TwoRanks(current().ledger))  # SIGTERM: the verdict's handler and thread

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.distributed import FileStore, TCPStore
 
-from distbridge.reliability import job_cards
-from distbridge.reliability.job_cards import JobCard, card_dir, find_card, write_card
+from distbridge.reliability.hang import job_cards
+from distbridge.reliability.hang.job_cards import JobCard, card_dir, find_card, write_card
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +41,7 @@ def test_a_card_is_found_from_an_ancestor(store: TCPStore, tmp_path: Path) -> No
     code = (
         "import sys, time, datetime\n"
         "from torch.distributed import TCPStore\n"
-        "from distbridge.reliability.job_cards import write_card\n"
+        "from distbridge.reliability.hang.job_cards import write_card\n"
         f"store = TCPStore('127.0.0.1', {store.port}, None, False,"
         " timeout=datetime.timedelta(seconds=10))\n"
         "print(write_card(store, 1, 2), flush=True)\n"

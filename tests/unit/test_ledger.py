@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import distbridge as idist
 from distbridge._state import current
-from distbridge.reliability.ledger import CAPACITY_ENV_VAR, CollectiveLedger
+from distbridge.reliability.hang.ledger import CAPACITY_ENV_VAR, CollectiveLedger
 
 DTYPES = (torch.float32, torch.int64, torch.float64)
 

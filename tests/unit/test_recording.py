@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import distbridge as idist
 from distbridge._state import current
 from distbridge.models import ComputationModel
-from distbridge.reliability.ledger import GroupLog
+from distbridge.reliability.hang.ledger import GroupLog
 from tests.unit.test_ledger_call_forms import CALLS, _fresh, _same
 
 _DTYPES = (torch.float32, torch.float64, torch.int64, torch.int32, torch.bool)

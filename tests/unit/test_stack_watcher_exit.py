@@ -9,7 +9,7 @@ import time
 
 from torch._C._distributed_c10d import HashStore
 
-from distbridge.reliability import stacks
+from distbridge.reliability.hang import stacks
 
 
 def test_the_exit_hook_stops_every_watcher_at_once() -> None:

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distbridge.reliability.hang_collect import read_dump_dir
-from distbridge.reliability.verdict import RankReport, Record, verdict
+from distbridge.reliability.hang.collect import read_dump_dir
+from distbridge.reliability.hang.verdict import RankReport, Record, verdict
 
 OPS = ("all_reduce", "all_gather", "broadcast", "barrier", "reduce_scatter")
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import sys
 
-from distbridge.reliability.hang_collect import ask_job, read_dump_dir
-from distbridge.reliability.job_cards import find_card, prune_cards
-from distbridge.reliability.verdict import verdict
+from distbridge.reliability.hang.collect import ask_job, read_dump_dir
+from distbridge.reliability.hang.job_cards import find_card, prune_cards
+from distbridge.reliability.hang.verdict import verdict
 
 __all__ = ["main"]
 

@@ -2,7 +2,7 @@
 supervisor loop can wait on; SIGUSR2, the report signal, is passed on to the workers.
 
 On SIGUSR2 the parent sends it to each worker still running (each writes its hang report and
-goes on, see `distbridge.reliability.hang_signals`), says on stderr where the reports are,
+goes on, see `distbridge.reliability.hang.signals`), says on stderr where the reports are,
 and goes on (`passing_on`, also around a warm world's test and ``horovod.run``). The job
 cards of the workers go with the watch (a worker that was killed left its card), and so do
 those of processes that are gone (a parent killed by SIGKILL).
@@ -20,8 +20,8 @@ from types import FrameType
 from typing import Any
 
 from distbridge.launch._worker_reports import Worker
-from distbridge.reliability.hang_signals import DUMP_SIGNAL, report_dir
-from distbridge.reliability.job_cards import descends_from, prune_cards, remove_cards
+from distbridge.reliability.hang.job_cards import descends_from, prune_cards, remove_cards
+from distbridge.reliability.hang.signals import DUMP_SIGNAL, report_dir
 
 __all__ = ["SignalWatch", "leave_pid", "passing_on", "pids_left"]
 

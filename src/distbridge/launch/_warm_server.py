@@ -2,7 +2,7 @@
 signal leaves the server running, as a ``pkill -USR2 -f`` that matches its command line
 (which lists the script's folder, in ``sys_path``) would otherwise end it, and every worker
 (a fork of it) with it. Its workers set their own handler first thing
-(`hang_signals.answer_report_signal`)."""
+(`reliability.hang.signals.answer_report_signal`)."""
 
 from __future__ import annotations
 

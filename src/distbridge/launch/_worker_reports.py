@@ -19,7 +19,7 @@ import torch
 from distbridge._frames import inside
 from distbridge.errors import WorkerFailedError
 from distbridge.launch._main_module import REIMPORT_EXIT_CODE, REIMPORT_PROBLEM
-from distbridge.reliability.verdict import headline
+from distbridge.reliability.hang.verdict import headline
 
 __all__ = ["SHORT_REPR", "Report", "Worker", "death", "failure", "sentence"]
 

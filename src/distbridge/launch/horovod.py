@@ -33,7 +33,7 @@ from distbridge.errors import PicklingError, SpawnTimeoutError, WorkerFailedErro
 from distbridge.launch._joinable import Activate, MakeModel
 from distbridge.launch._signals import leave_pid, passing_on, pids_left
 from distbridge.launch._worker_reports import sentence
-from distbridge.reliability.hang_signals import answer_report_signal, report_dir, report_on_signal
+from distbridge.reliability.hang.signals import answer_report_signal, report_dir, report_on_signal
 
 __all__ = ["spawn_horovod"]
 

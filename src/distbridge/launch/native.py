@@ -30,9 +30,9 @@ from distbridge.launch.by_value import main_is_interactive, pack
 from distbridge.launch.pickling import check_picklable
 from distbridge.launch.supervisor import PEER_WINDOW_SECONDS, START_METHODS, run_workers
 from distbridge.reliability.fail_together import record_failure
-from distbridge.reliability.hang_collect import collect
-from distbridge.reliability.hang_signals import report_on_signal
-from distbridge.reliability.verdict import verdict
+from distbridge.reliability.hang.collect import collect
+from distbridge.reliability.hang.signals import report_on_signal
+from distbridge.reliability.hang.verdict import verdict
 
 __all__ = ["spawn_native"]
 

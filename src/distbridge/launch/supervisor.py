@@ -43,7 +43,7 @@ from distbridge.launch.warm_start import (
     fresh_worker_state,
     warm_context,
 )
-from distbridge.reliability.hang_signals import answer_report_signal
+from distbridge.reliability.hang.signals import answer_report_signal
 
 __all__ = [
     "PEER_WINDOW_SECONDS",
@@ -215,7 +215,7 @@ def _worker_main(
     sure the process ends within ``exit_seconds`` even if an ``atexit`` handler hangs.
     ``streams``: pipes to the parent's output relay, by file descriptor (1, 2); ``environ``:
     the parent's environment variables, for a child forked from the warm starter; SIGUSR2
-    writes this worker's report to folder ``reports`` (see `hang_signals`)."""
+    writes this worker's report to folder ``reports`` (see `reliability.hang.signals`)."""
     answer_report_signal(index, reports)  # first thing: SIGUSR2 must not end the worker
     die_with_parent()
     if environ is not None:  # forked from the warm starter

@@ -39,7 +39,7 @@ from distbridge.launch._worker_reports import sentence
 from distbridge.launch.pickling import check_picklable
 from distbridge.launch.supervisor import START_METHODS, run_workers
 from distbridge.launch.warm_start import die_with_parent
-from distbridge.reliability.hang_signals import answer_report_signal, report_dir, report_on_signal
+from distbridge.reliability.hang.signals import answer_report_signal, report_dir, report_on_signal
 
 __all__ = ["spawn_xla"]
 

@@ -41,7 +41,7 @@ from distbridge.algorithms.in_place import divide_, write_back
 from distbridge.algorithms.object_frames import Serializer
 from distbridge.models.surface import NOT_A_MEMBER, ModelSurface
 from distbridge.reliability import debug, fail_together
-from distbridge.reliability.ledger import Entry
+from distbridge.reliability.hang.ledger import Entry
 from distbridge.reliability.timed_barrier import (
     CompletedBarrier,
     check_barrier_options,

@@ -23,8 +23,8 @@ from distbridge.algorithms.fast_path import FastPath
 from distbridge.algorithms.groups import GroupCache
 from distbridge.algorithms.in_place import write_back
 from distbridge.models._primitives import BackendPrimitives
-from distbridge.reliability.ledger import CollectiveLedger, Members
-from distbridge.reliability.stacks import StackWatcher
+from distbridge.reliability.hang.ledger import CollectiveLedger, Members
+from distbridge.reliability.hang.stacks import StackWatcher
 from distbridge.reliability.timed_barrier import StoreBarrier, make_timed_barriers
 
 __all__ = ["NOT_A_MEMBER", "ModelSurface"]
@@ -38,7 +38,7 @@ class ModelSurface(BackendPrimitives):
     Attributes:
         groups: the group cache: ``group=`` arguments resolved, groups of ranks made once.
         ledger: this rank's recent public collectives, per group (always on; read by the
-            hang verdict, see ``distbridge.reliability.ledger``).
+            hang verdict, see ``distbridge.reliability.hang.ledger``).
         fast_all_to_all, fast_scatter, fast_gather: the kinds of tensor whose world
             collective passed every check once (``algorithms/fast_path.py``).
     """

@@ -21,7 +21,7 @@ from distbridge.reliability.fail_together import (
     record_failure,
     summarize,
 )
-from distbridge.reliability.hang_report import record_for_launcher
+from distbridge.reliability.hang.report import record_for_launcher
 
 __all__ = ["install_excepthook", "uninstall_excepthook"]
 

@@ -3,7 +3,7 @@
 The process runs in its own process group and is SIGKILLed by Linux when the thread that
 started it dies, as `spawn`'s workers are. Its stdout and stderr go to a log file the parent
 reads after each test; SIGUSR1 writes every thread's Python stack there (faulthandler), and
-SIGUSR2 its hang report to `report_dir` of the world's folder (see `hang_signals`).
+SIGUSR2 its hang report to `report_dir` of the world's folder (see `reliability.hang.signals`).
 When a test raises, the rank leaves a failure note and cuts its connections (fail-together),
 so that peers blocked in a collective raise `PeerFailed` instead of waiting for the timeout.
 """
@@ -31,7 +31,7 @@ from distbridge.errors import PeerFailed
 from distbridge.launch.warm_start import die_with_parent
 from distbridge.models.base import ComputationModel
 from distbridge.reliability.fail_together import record_failure, summarize
-from distbridge.reliability.hang_signals import answer_report_signal, report_dir, report_on_signal
+from distbridge.reliability.hang.signals import answer_report_signal, report_dir, report_on_signal
 from distbridge.testing._protocol import Outcome, Setup, Task
 
 __all__ = ["serve"]

@@ -39,9 +39,9 @@ from distbridge.launch._main_module import check_main_module
 from distbridge.launch._signals import passing_on
 from distbridge.launch.supervisor import PEER_WINDOW_SECONDS, VERDICT_SECONDS
 from distbridge.reliability.fail_together import record_failure
-from distbridge.reliability.hang_collect import collect
-from distbridge.reliability.hang_signals import report_dir
-from distbridge.reliability.verdict import verdict
+from distbridge.reliability.hang.collect import collect
+from distbridge.reliability.hang.signals import report_dir
+from distbridge.reliability.hang.verdict import verdict
 from distbridge.testing._protocol import Outcome, Setup, make_task
 from distbridge.testing._ranks import LogTail, Member, death, kill_ranks, log_size, read_log
 from distbridge.testing._report import RanksFailedError, WorldRun

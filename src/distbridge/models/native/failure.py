@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from distbridge.reliability import coordination, fail_together, failure_hook
 from distbridge.reliability.failure_watch import FailureWatch, start_watch
-from distbridge.reliability.hang_collect import job_verdict
-from distbridge.reliability.hang_report import Reporter, record_for_launcher, start_reporter
+from distbridge.reliability.hang.collect import job_verdict
+from distbridge.reliability.hang.report import Reporter, record_for_launcher, start_reporter
 
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract
     from distbridge.models._layout import Layout
     from distbridge.reliability.connections import Connections
-    from distbridge.reliability.ledger import CollectiveLedger
+    from distbridge.reliability.hang.ledger import CollectiveLedger
 
 __all__ = ["NativeFailTogether"]
 

@@ -43,10 +43,10 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Final
 
-from distbridge.reliability.engine_trace import EngineTrace
-from distbridge.reliability.hang_report import DIR_ENV_VAR, report, write_report
-from distbridge.reliability.job_cards import card_dir
-from distbridge.reliability.ledger import CollectiveLedger
+from distbridge.reliability.hang.engine_trace import EngineTrace
+from distbridge.reliability.hang.job_cards import card_dir
+from distbridge.reliability.hang.ledger import CollectiveLedger
+from distbridge.reliability.hang.report import DIR_ENV_VAR, report, write_report
 
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract

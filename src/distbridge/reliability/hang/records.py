@@ -1,5 +1,5 @@
 """What the hang verdict reads and says, as plain data: each rank's ledger `Record`, what is
-known of a rank (`RankReport`) and the finding (`Verdict`); `distbridge.reliability.verdict`
+known of a rank (`RankReport`) and the finding (`Verdict`); `distbridge.reliability.hang.verdict`
 makes it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from distbridge.reliability.engine_trace import EngineRecord
+from distbridge.reliability.hang.engine_trace import EngineRecord
 
 __all__ = ["Members", "RankReport", "Record", "Verdict"]
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from distbridge._frames import inside
-from distbridge.reliability.job_cards import card_dir
+from distbridge.reliability.hang.job_cards import card_dir
 
 __all__ = [
     "StackWatcher",

@@ -6,22 +6,22 @@ A `Reporter` is a daemon thread per rank. Every half second it
   when it changed (and once more at ``finalize``), so that a rank that can no longer answer
   (killed, or stuck in C while holding the GIL) is still described by what it last
   published, with the path of the file faulthandler writes if the process dies of a signal
-  (``"fault"``: `distbridge.reliability.stacks.died_in` reads it);
+  (``"fault"``: `distbridge.reliability.hang.stacks.died_in` reads it);
 - answers verdict requests: ``hang/requests`` counts them, and request ``n`` is answered
   under ``hang/<n>/<rank>`` with the ledger and where the main thread is now.
 
 With ``DISTBRIDGE_HANG_DIR`` set, each rank also writes its report to
 ``<dir>/rank<r>.json`` whenever its ledger changed, and where it is every few seconds while
 its ledger stands still (a rank stuck for good is described there even when the job is
-gone): `distbridge.reliability.hang_collect` reads them back.
+gone): `distbridge.reliability.hang.collect` reads them back.
 
 A model whose engine keeps its own record of collectives (torch's flight recorder) passes
 its ``engine_trace``: reports then carry its tail under ``"engine"`` (see
-`distbridge.reliability.engine_trace`). Reading it costs a dump of the whole record (tens of
+`distbridge.reliability.hang.engine_trace`). Reading it costs a dump of the whole record (tens of
 milliseconds), so it is read for answers and dumps only, and for the dump file only while
 the ledger stands still, once per ledger version (`ENGINE_REFRESH_SECONDS` at most).
 
-Asking the ranks and reading their reports back is `distbridge.reliability.hang_collect`.
+Asking the ranks and reading their reports back is `distbridge.reliability.hang.collect`.
 Keys live on the job's root store (see `fail_together.job_root`), so ``spawn``'s parent,
 which hosts it, can ask too. Values are JSON: nothing received is unpickled or evaluated.
 """
@@ -41,13 +41,13 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from distbridge._frames import inside, outside, site
-from distbridge.reliability.engine_trace import EngineTrace, engine_part, engine_records
 from distbridge.reliability.fail_together import job_root
-from distbridge.reliability.job_cards import write_card
-from distbridge.reliability.ledger import CollectiveLedger
+from distbridge.reliability.hang.engine_trace import EngineTrace, engine_part, engine_records
+from distbridge.reliability.hang.job_cards import write_card
+from distbridge.reliability.hang.ledger import CollectiveLedger
+from distbridge.reliability.hang.stacks import died_in, disable_fault_dump, enable_fault_dump
+from distbridge.reliability.hang.verdict import RankReport, Record, headline
 from distbridge.reliability.liveness import while_current
-from distbridge.reliability.stacks import died_in, disable_fault_dump, enable_fault_dump
-from distbridge.reliability.verdict import RankReport, Record, headline
 
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract

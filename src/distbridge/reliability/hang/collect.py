@@ -1,9 +1,9 @@
 """Asking a job's ranks for their hang reports, or reading what they left, for the verdict.
 
-`collect` asks every rank through the job's store (each rank's `hang_report.Reporter`
+`collect` asks every rank through the job's store (each rank's `report.Reporter`
 answers within half a second) and, for a rank that does not answer, takes the ledger it
 last published, or the report it last wrote to ``DISTBRIDGE_HANG_DIR``; it returns the
-reports the pure `distbridge.reliability.verdict.verdict` takes. `job_verdict` is that
+reports the pure `distbridge.reliability.hang.verdict.verdict` takes. `job_verdict` is that
 verdict for a rank of the job, `ask_job` asks from another process by the store's address,
 and `read_dump_dir` rebuilds the reports from a dump directory, also after the job is gone.
 Values are JSON: nothing received is unpickled or evaluated.
@@ -19,9 +19,10 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from distbridge.reliability.engine_trace import EngineTrace
 from distbridge.reliability.fail_together import job_root, read_failure
-from distbridge.reliability.hang_report import (
+from distbridge.reliability.hang.engine_trace import EngineTrace
+from distbridge.reliability.hang.ledger import CollectiveLedger
+from distbridge.reliability.hang.report import (
     DIR_ENV_VAR,
     REQUEST_KEY,
     WORLD_KEY,
@@ -30,8 +31,7 @@ from distbridge.reliability.hang_report import (
     ledger_key,
     report,
 )
-from distbridge.reliability.ledger import CollectiveLedger
-from distbridge.reliability.verdict import RankReport, verdict
+from distbridge.reliability.hang.verdict import RankReport, verdict
 
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract

@@ -11,7 +11,7 @@ recording itself is ``distbridge.models.base.collective``, a wrapper of each met
 
 Sequence numbers count this rank's calls per group, so the n-th collective of a group is
 ``#n`` on every member: comparing ledgers across ranks shows who is behind and who called
-something else (`distbridge.reliability.verdict`).
+something else (`distbridge.reliability.hang.verdict`).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ there carried.
 A rank that did not answer (killed, or stuck in C while holding the GIL) is named as such,
 with the ledger it last published. Where the ranks' reports carry the engine's own record
 (torch's flight recorder), the lines it adds follow the finding
-(`distbridge.reliability.engine_trace`).
+(`distbridge.reliability.hang.engine_trace`).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 
-from distbridge.reliability.engine_trace import engine_lines, group_text, ranks_text
-from distbridge.reliability.hang_records import Members, RankReport, Record, Verdict
+from distbridge.reliability.hang.engine_trace import engine_lines, group_text, ranks_text
+from distbridge.reliability.hang.records import Members, RankReport, Record, Verdict
 
 __all__ = ["MUST_MATCH", "RankReport", "Record", "Verdict", "headline", "verdict"]
 

@@ -16,7 +16,7 @@ report carries it, and the verdict adds what it says beyond the ledger:
   wait in is not the engine's, e.g. a timed barrier).
 
 The verdict's part is pure (plain data in, lines out), like
-`distbridge.reliability.verdict`; `engine_part` reads a model's record for a report, and
+`distbridge.reliability.hang.verdict`; `engine_part` reads a model's record for a report, and
 never fails for it.
 """
 
