@@ -26,6 +26,7 @@ from typing import Any
 
 __all__ = [
     "JobCard",
+    "alive",
     "card_dir",
     "descends_from",
     "find_card",
@@ -60,7 +61,8 @@ def card_dir() -> str:
     return os.path.join(tempfile.gettempdir(), f"distbridge-{user}", "cards")
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -87,7 +89,7 @@ def _started(pid: int) -> str | None:
 
 def _stale(folder: str, pid: int) -> bool:
     """Whether the card of ``pid`` belongs to no live process (gone, or the pid reused)."""
-    if not _alive(pid):
+    if not alive(pid):
         return True
     try:
         with open(os.path.join(folder, f"{pid}.json"), encoding="utf-8") as data:
@@ -192,7 +194,7 @@ def find_card(pid: int) -> JobCard:
         ProcessLookupError: no process ``pid``.
         FileNotFoundError: neither it nor a process below it has a card.
     """
-    if not _alive(pid):
+    if not alive(pid):
         raise ProcessLookupError(f"There is no process {pid}: is the job still running?")
     prune_cards()  # a card left by a process that is gone is never read
     folder = card_dir()
@@ -203,7 +205,7 @@ def find_card(pid: int) -> JobCard:
     with contextlib.suppress(OSError):
         for name in os.listdir(folder):
             stem = name.removesuffix(".json")
-            if stem.isdigit() and _alive(int(stem)) and descends_from(int(stem), pid):
+            if stem.isdigit() and alive(int(stem)) and descends_from(int(stem), pid):
                 card = _read(folder, int(stem))
                 if card is not None:
                     below.append(card)

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from distbridge._frames import inside
-from distbridge.reliability.hang.job_cards import card_dir
+from distbridge.reliability.hang.job_cards import alive, card_dir
 
 __all__ = [
     "StackWatcher",
@@ -62,7 +62,7 @@ def _stop_watchers() -> None:
 atexit.register(_stop_watchers)
 _THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+)", re.MULTILINE)
 _FRAME = re.compile(r'^  File "(.*)", line (\d+) in (.*)$', re.MULTILINE)
-_fault_file: IO[str] | None = None
+_fault_files: list[IO[str]] = []  # the open fault file, while there is one
 
 
 def _blocks(text: str) -> list[tuple[int, str]]:
@@ -85,52 +85,41 @@ def format_stacks() -> str:
     return "".join(block for ident, block in _blocks(text) if ident not in own)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        pass
-    return True
-
-
 def enable_fault_dump() -> str | None:
     """Have faulthandler write every thread's stack to ``<tmp>/distbridge-<uid>/faults/<pid>``
     if this process dies of a signal; returns its path. None where faulthandler is already on
     (the user's own: left alone) or the file cannot be made. The files of processes gone for
     a minute are removed."""
-    global _fault_file
     if faulthandler.is_enabled():
         return None
     directory = os.path.join(os.path.dirname(card_dir()), "faults")
     for stale in glob.glob(os.path.join(directory, "*")):
         with contextlib.suppress(OSError, ValueError):  # read a minute ago, or no more
-            if time.time() - os.path.getmtime(stale) > 60 and not _alive(
+            if time.time() - os.path.getmtime(stale) > 60 and not alive(
                 int(os.path.basename(stale))
             ):
                 os.remove(stale)
     path = os.path.join(directory, str(os.getpid()))
     try:
         os.makedirs(directory, exist_ok=True)
-        _fault_file = open(path, "w", encoding="utf-8")  # noqa: SIM115  (open until disabled)
-        _fault_file.write(f"main thread {threading.main_thread().ident or 0:#x}\n")
-        _fault_file.flush()
+        fault_file = open(path, "w", encoding="utf-8")  # noqa: SIM115  (open until disabled)
+        fault_file.write(f"main thread {threading.main_thread().ident or 0:#x}\n")
+        fault_file.flush()
     except OSError:
         return None
-    faulthandler.enable(_fault_file, all_threads=True)
+    _fault_files.append(fault_file)
+    faulthandler.enable(fault_file, all_threads=True)
     return path
 
 
 def disable_fault_dump() -> None:
     """Undo `enable_fault_dump` (the process lives on: its file goes)."""
-    global _fault_file
-    if _fault_file is not None:
+    if _fault_files:
+        fault_file = _fault_files.pop()
         faulthandler.disable()
-        _fault_file.close()
+        fault_file.close()
         with contextlib.suppress(OSError):
-            os.remove(_fault_file.name)
-        _fault_file = None
+            os.remove(fault_file.name)
 
 
 def _short(path: str) -> str:
