@@ -13,7 +13,7 @@ The pieces, in the order a hang goes through them:
   the ranks left in a folder (``SIGUSR2``, ``DISTBRIDGE_HANG_DIR``).
 - ``verdict``: from the reports alone (pure), who is at fault: a rank stuck outside the
   collective, diverged calls, the same collective with another shape or dtype, a dead
-  rank; its first line names the culprit. ``records`` holds the parsed report rows.
+  rank; its first line names the culprit. It holds the parsed report rows too.
 - ``engine_trace``: the engine's own record (torch's flight recorder, read by
   ``models/native/flight_recorder.py``) beside the ledger.
 - ``signals``: SIGTERM and SIGUSR2 answered in every process distbridge starts or joins: the

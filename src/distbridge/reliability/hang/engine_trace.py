@@ -34,6 +34,7 @@ __all__ = [
     "engine_lines",
     "engine_part",
     "engine_records",
+    "group_of",
     "group_text",
     "ranks_text",
 ]
@@ -69,14 +70,19 @@ class EngineRecord:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EngineRecord:
         """A record from a model's ``engine_trace`` entry (JSON)."""
-        group = data.get("group")
         return cls(
             seq=int(data["seq"]),
             op=str(data["op"]),
-            group=None if group is None else tuple(sorted(int(r) for r in group)),
+            group=group_of(data),
             what=str(data.get("what", "")),
             state=str(data.get("state", "")),
         )
+
+
+def group_of(data: Mapping[str, Any]) -> Members | None:
+    """A record's ``group`` (JSON) as sorted global ranks; None for the world."""
+    group = data.get("group")
+    return None if group is None else tuple(sorted(int(r) for r in group))
 
 
 def engine_part(engine: EngineTrace | None, limit: int) -> dict[str, Any] | None:

@@ -37,10 +37,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from distbridge.reliability.hang.engine_trace import engine_lines, group_text, ranks_text
-from distbridge.reliability.hang.records import Members, RankReport, Record, Verdict
+from distbridge.reliability.hang.engine_trace import (
+    EngineRecord,
+    Members,
+    engine_lines,
+    group_of,
+    group_text,
+    ranks_text,
+)
 
 __all__ = ["MUST_MATCH", "RankReport", "Record", "Verdict", "headline", "verdict"]
 
@@ -49,6 +56,96 @@ WAITING = "waiting"
 MUST_MATCH = frozenset({"all_reduce", "reduce", "all_gather", "reduce_scatter"})
 #: a line (or the sentence after ``timed out. ``) that names the rank at fault
 _HEADLINE = re.compile(r"(?:^|\. )(ranks? [\d, ]+ of \d+ .*)$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One collective in a rank's ledger.
+
+    Attributes:
+        seq: its number in its group on this rank (1 for the first).
+        op: the collective's name, e.g. ``"all_reduce"``.
+        group: the group's global ranks, sorted; None for the world.
+        what: what it carried, e.g. ``"float32[3]"``.
+        site: where it was called, ``"train.py:13 in main"``.
+        state: "waiting" (the rank is in it now), "done" or "raised".
+    """
+
+    seq: int
+    op: str
+    group: Members | None
+    what: str
+    site: str
+    state: str
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Record:
+        """A record from `CollectiveLedger.snapshot`'s plain data (JSON)."""
+        return cls(
+            seq=int(data["seq"]),
+            op=str(data["op"]),
+            group=group_of(data),
+            what=str(data.get("what", "")),
+            site=str(data.get("site", "?")),
+            state=str(data.get("state", "done")),
+        )
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """What is known of one rank.
+
+    Attributes:
+        rank: its global rank.
+        records: its ledger (any order).
+        where: where its main thread is now (``"train.py:5 in stuck_here"``), if it said.
+        answered: False when the rank did not answer: ``records`` are what it last published.
+        note: why it did not answer, when known (``"its process was killed by SIGKILL"``).
+        asked: False when nobody asked it (``records`` were read as it last published them,
+            e.g. by ``spawn``'s parent): then not answering is no finding.
+        engine: the tail of its engine's own record (torch's flight recorder), if it has one.
+        died_in: where its main thread was when its process died, from its fault dump: the
+            user's line that called distbridge and the names of the functions of distbridge
+            it was in (``("train.py:9 in main", ("all_reduce", ...))``), if known.
+    """
+
+    rank: int
+    records: tuple[Record, ...] = ()
+    where: str | None = None
+    answered: bool = True
+    note: str = ""
+    asked: bool = True
+    engine: tuple[EngineRecord, ...] = ()
+    died_in: tuple[str, tuple[str, ...]] | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The finding, as text and as data.
+
+    Attributes:
+        text: the verdict, one finding a line.
+        kind: "diverged", "mismatched", "hang", "all waiting" (no rank is behind) or
+            "no hang".
+        group: the group of the finding (None: the world).
+        seq: the collective's number in that group.
+        op: the collective the majority (diverged) or the waiting ranks (hang) are in.
+        waiting: ranks waiting in it.
+        behind: rank -> its last collective's number in the group (0: none), for the ranks
+            that did not reach it.
+        diverged: the ranks that called something else (or passed another dtype or shape).
+        silent: the ranks that did not answer.
+    """
+
+    text: str
+    kind: str
+    group: Members | None = None
+    seq: int | None = None
+    op: str | None = None
+    waiting: Members = ()
+    behind: Mapping[int, int] = field(default_factory=dict)
+    diverged: Members = ()
+    silent: Members = ()
 
 
 def _line(site: str) -> str:
@@ -324,12 +421,6 @@ def _silent_lines(ledgers: _Ledgers, silent: list[int], named: set[int]) -> list
     return lines
 
 
-def _returned(ledgers: _Ledgers, group: Members | None, rank: int) -> bool:
-    """Whether ``rank`` returned from every collective of ``group`` its ledger holds."""
-    last = ledgers.last(group, rank)
-    return last is None or last.state == "done"
-
-
 def verdict(
     reports: Iterable[RankReport] | Mapping[int, RankReport], world_size: int = 0
 ) -> Verdict:
@@ -355,19 +446,9 @@ def verdict(
     named = {*found.behind, *found.waiting, *found.diverged}
     engines = {rank: report.engine for rank, report in by_rank.items() if report.engine}
     said: list[str] = []
-    if engines:
-        returned = [r for r in found.behind if _returned(ledgers, found.group, r)]
+    if engines:  # the ranks behind that returned from every collective of the group
+        lasts = {r: ledgers.last(found.group, r) for r in found.behind}
+        returned = [r for r, last in lasts.items() if last is None or last.state == "done"]
         said = engine_lines(engines, found.group, found.waiting, found.behind, returned)
     extra = _silent_lines(ledgers, silent, named)
-    text = "\n".join([found.text, *said, *extra])
-    return Verdict(
-        text,
-        found.kind,
-        found.group,
-        found.seq,
-        found.op,
-        found.waiting,
-        found.behind,
-        found.diverged,
-        tuple(silent),
-    )
+    return replace(found, text="\n".join([found.text, *said, *extra]), silent=tuple(silent))
