@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import getpass
 import json
 import os
 import tempfile
@@ -49,16 +48,8 @@ class JobCard:
 
 
 def card_dir() -> str:
-    """The folder of this user's cards (made on first use), named by the uid on POSIX."""
-    getuid = getattr(os, "getuid", None)
-    if getuid is not None:
-        user = str(getuid())
-    else:  # Windows
-        try:
-            user = getpass.getuser()
-        except Exception:  # no user name at all
-            user = "user"
-    return os.path.join(tempfile.gettempdir(), f"distbridge-{user}", "cards")
+    """The folder of this user's cards (made on first use), named by the uid."""
+    return os.path.join(tempfile.gettempdir(), f"distbridge-{os.getuid()}", "cards")
 
 
 def alive(pid: int) -> bool:

@@ -31,6 +31,7 @@ __all__ = [
     "Entry",
     "GroupLog",
     "Members",
+    "short_path",
 ]
 
 #: entries kept per group, unless ``DISTBRIDGE_LEDGER_SIZE`` says otherwise
@@ -98,11 +99,9 @@ def _line(code: Any, offset: int) -> int:
     return int(line)
 
 
-def _short_path(path: str) -> str:
-    try:
-        relative = os.path.relpath(path)
-    except ValueError:  # another drive on Windows
-        return path
+def short_path(path: str) -> str:
+    """``path`` relative to the working directory when it is below it."""
+    relative = os.path.relpath(path)
     return path if relative.startswith(os.pardir) else relative
 
 
@@ -182,7 +181,7 @@ class CollectiveLedger:
                     state = "raised"
                 else:
                     state = "done"
-                site = f"{_short_path(code.co_filename)}:{_line(code, offset)} in {code.co_name}"
+                site = f"{short_path(code.co_filename)}:{_line(code, offset)} in {code.co_name}"
                 records.append(
                     {
                         "seq": seq,

@@ -28,7 +28,6 @@ which hosts it, can ask too. Values are JSON: nothing received is unpickled or e
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
@@ -36,7 +35,6 @@ import sys
 import threading
 import time
 import traceback
-import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +43,12 @@ from distbridge.reliability.fail_together import job_root
 from distbridge.reliability.hang.engine_trace import EngineTrace, engine_part, engine_records
 from distbridge.reliability.hang.job_cards import write_card
 from distbridge.reliability.hang.ledger import CollectiveLedger
-from distbridge.reliability.hang.stacks import died_in, disable_fault_dump, enable_fault_dump
+from distbridge.reliability.hang.stacks import (
+    StoreThread,
+    died_in,
+    disable_fault_dump,
+    enable_fault_dump,
+)
 from distbridge.reliability.hang.verdict import RankReport, Record, headline
 from distbridge.reliability.liveness import while_current
 
@@ -79,22 +82,6 @@ POLL_SECONDS = 0.5
 SHOWN = 8
 #: while the ledger stands still, how often the dump file's engine record is read again
 ENGINE_REFRESH_SECONDS = 30.0
-_EXIT_JOIN_SECONDS = 2.0
-_running: weakref.WeakSet[Reporter] = weakref.WeakSet()
-
-
-def _stop_all() -> None:
-    """At exit, before the interpreter ends its daemon threads, stop every reporter and wait
-    for its store call in flight: a call that fails when the store's host has left, in a
-    finalizing interpreter, aborts the process ("terminate called without an active
-    exception"), as the failure watchers' did (failure_watch._stop_all)."""
-    for reporter in list(_running):
-        reporter.stop()
-    for reporter in list(_running):
-        reporter.join(_EXIT_JOIN_SECONDS)
-
-
-atexit.register(_stop_all)
 
 
 def _torch_dir() -> str:
@@ -132,11 +119,6 @@ def where_now(thread_id: int | None = None) -> tuple[str | None, str]:
     return site(found), stack
 
 
-def _tail(ledger: CollectiveLedger) -> list[dict[str, Any]]:
-    """The last ``SHOWN`` entries of each group."""
-    return ledger.snapshot(SHOWN)
-
-
 def report(
     rank: int,
     ledger: CollectiveLedger,
@@ -148,7 +130,7 @@ def report(
     where, stack = where_now()
     data: dict[str, Any] = {
         "rank": rank,
-        "records": _tail(ledger),
+        "records": ledger.snapshot(SHOWN),
         "where": where,
         "stack": stack,
         "time": time.time(),
@@ -172,7 +154,7 @@ def as_report(
     return RankReport(int(data["rank"]), records, where, answered, note, asked, engine, died)
 
 
-class Reporter:
+class Reporter(StoreThread):
     """Publishes this rank's ledger and answers verdict requests (see the module).
 
     Args:
@@ -193,35 +175,27 @@ class Reporter:
         world_size: int = 0,
         engine: EngineTrace | None = None,
     ) -> None:
-        root = job_root(store)
-        with contextlib.suppress(AttributeError, RuntimeError):
-            root = root.clone()  # its own connection: never queued behind this rank's calls
-        self._store = root
+        super().__init__(job_root(store), alive, "distbridge-reporter", POLL_SECONDS)
         self._rank = rank
         self._ledger = ledger
-        self._alive = alive
         self._engine = engine
         self._engine_read: tuple[int, float, dict[str, Any] | None] | None = None
-        self._stopped = threading.Event()
         self._published = -1
         self._written = 0.0  # when the dump file was last written (monotonic)
         self._dir = os.environ.get(DIR_ENV_VAR) or None
         if self._dir:
             os.makedirs(self._dir, exist_ok=True)
         self._fault = enable_fault_dump()
-        self._lock = threading.Lock()  # one store call at a time: the thread's, or stop's
         self._publish()  # the fault file's path, before the first collective
-        self._seen = int(root.add(REQUEST_KEY, 0))
+        self._seen = int(self._store.add(REQUEST_KEY, 0))
         if world_size:
-            root.set(WORLD_KEY, str(world_size))
-        self._thread = threading.Thread(target=self._run, name="distbridge-reporter", daemon=True)
-        self._thread.start()
-        _running.add(self)
+            self._store.set(WORLD_KEY, str(world_size))
+        self._start()
 
     def stop(self, publish: bool = False) -> None:
         """End the thread; ``publish`` (``finalize``): publish the ledger (and write the dump
         file) as it ends."""
-        self._stopped.set()
+        super().stop()
         if publish:
             with contextlib.suppress(Exception), self._lock:
                 if self._dir:
@@ -229,21 +203,8 @@ class Reporter:
                 self._publish()
         disable_fault_dump()
 
-    def join(self, timeout: float) -> None:
-        """Wait up to ``timeout`` seconds for the thread to end (after ``stop``)."""
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        while not self._stopped.wait(POLL_SECONDS) and self._alive():
-            try:
-                with self._lock:
-                    self._tick()
-            except Exception:  # the store is gone: the job ended
-                return
-
     def _publish(self) -> None:
-        data = {"rank": self._rank, "records": _tail(self._ledger), "fault": self._fault}
+        data = {"rank": self._rank, "records": self._ledger.snapshot(SHOWN), "fault": self._fault}
         self._store.set(ledger_key(self._rank), json.dumps(data))
 
     def _tick(self) -> None:

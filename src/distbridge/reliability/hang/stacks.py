@@ -31,6 +31,7 @@ from typing import IO, Any
 
 from distbridge._frames import inside
 from distbridge.reliability.hang.job_cards import alive, card_dir
+from distbridge.reliability.hang.ledger import short_path
 
 __all__ = [
     "StackWatcher",
@@ -46,20 +47,22 @@ LOG = logging.getLogger("distbridge")
 REQUEST_KEY = "stacks/requests"
 REASON_KEY = "stacks/reason"
 POLL_SECONDS = 1.0
-#: the live watchers, stopped at exit
-_watchers: weakref.WeakSet[StackWatcher] = weakref.WeakSet()
+#: the live store threads (stack watchers, hang reporters), stopped at exit
+_threads: weakref.WeakSet[StoreThread] = weakref.WeakSet()
 
 
-def _stop_watchers() -> None:
-    """At exit, before the interpreter ends its daemon threads, stop every watcher: one that
-    wakes from its store call into a finalizing interpreter is ended inside torch's C++ frame,
-    which aborts the process ("terminate called without an active exception", exit 134),
-    as `failure_watch` explains for its own threads."""
-    for watcher in list(_watchers):
-        watcher.stop()
+def _stop_all() -> None:
+    """At exit, before the interpreter ends its daemon threads, stop every store thread and
+    wait for its store call in flight: one that wakes from it into a finalizing interpreter
+    is ended inside torch's C++ frame, which aborts the process ("terminate called without
+    an active exception", exit 134), as `failure_watch` explains for its own threads."""
+    for thread in list(_threads):
+        thread.stop()
+    for thread in list(_threads):
+        thread.join(POLL_SECONDS + 1.0)
 
 
-atexit.register(_stop_watchers)
+atexit.register(_stop_all)
 _THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+)", re.MULTILINE)
 _FRAME = re.compile(r'^  File "(.*)", line (\d+) in (.*)$', re.MULTILINE)
 _fault_files: list[IO[str]] = []  # the open fault file, while there is one
@@ -122,11 +125,6 @@ def disable_fault_dump() -> None:
             os.remove(fault_file.name)
 
 
-def _short(path: str) -> str:
-    relative = os.path.relpath(path)
-    return path if relative.startswith(os.pardir) else relative
-
-
 def died_in(path: str) -> tuple[str, tuple[str, ...]] | None:
     """From the fault dump at ``path``, where the main thread was in distbridge when the
     process died: the user's line that called in (``"train.py:9 in main"``) and the names of
@@ -146,7 +144,7 @@ def died_in(path: str) -> tuple[str, tuple[str, ...]] | None:
     if first is None or end is None:
         return None
     file, line, name = frames[end]
-    return f"{_short(file)}:{line} in {name}", tuple(f[2] for f in frames[first:end])
+    return f"{short_path(file)}:{line} in {name}", tuple(f[2] for f in frames[first:end])
 
 
 def dump(rank: int, reason: str) -> str:
@@ -160,7 +158,55 @@ def dump(rank: int, reason: str) -> str:
     return text
 
 
-class StackWatcher:
+class StoreThread:
+    """A daemon thread that runs ``_tick`` every ``seconds`` on a connection of its own to
+    the store, until `stop`, until ``alive()`` is False, or until the store is gone.
+
+    Args:
+        store: the store (the thread uses a clone of it; one that cannot be cloned is shared).
+        alive: False once the model's context is gone; the thread then ends.
+        name: the thread's name.
+        seconds: the interval between ticks.
+    """
+
+    def __init__(self, store: Any, alive: Callable[[], bool], name: str, seconds: float) -> None:
+        # its own connection: never queued behind this rank's calls, and keeping no server
+        # alive (rank 0's store may host one)
+        with contextlib.suppress(AttributeError, RuntimeError):
+            store = store.clone()
+        self._store = store
+        self._alive = alive
+        self._seconds = seconds
+        self._lock = threading.Lock()  # one store call at a time: the thread's, or another's
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _start(self) -> None:
+        self._thread.start()
+        _threads.add(self)
+
+    def stop(self) -> None:
+        """End the thread (at its next tick, or at once if it waits)."""
+        self._stopped.set()
+
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the thread to end (after `stop`)."""
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._seconds) and self._alive():
+            try:
+                with self._lock:
+                    self._tick()
+            except Exception:  # the store is gone: the job ended
+                return
+
+    def _tick(self) -> None:
+        raise NotImplementedError
+
+
+class StackWatcher(StoreThread):
     """Dumps this rank's stacks whenever another rank asks through the coordination store.
 
     Args:
@@ -170,27 +216,10 @@ class StackWatcher:
     """
 
     def __init__(self, store: Any, rank: int, alive: Callable[[], bool]) -> None:
-        # A connection of its own: it never waits behind this rank's store calls, and keeps no
-        # server alive (rank 0's store may host one). A store that cannot be cloned is shared.
-        with contextlib.suppress(AttributeError, RuntimeError):
-            store = store.clone()
-        self._store = store
+        super().__init__(store, alive, "distbridge-stack-watcher", POLL_SECONDS)
         self._rank = rank
-        self._alive = alive
-        self._lock = threading.Lock()
-        self._stopped = threading.Event()
-        self._seen = int(store.add(REQUEST_KEY, 0))
-        self._thread = threading.Thread(
-            target=self._run, name="distbridge-stack-watcher", daemon=True
-        )
-        self._thread.start()
-        _watchers.add(self)
-
-    def stop(self) -> None:
-        """End the thread and wait for it (at exit: see `_stop_watchers`)."""
-        self._stopped.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(POLL_SECONDS + 1.0)
+        self._seen = int(self._store.add(REQUEST_KEY, 0))
+        self._start()
 
     def request(self, reason: str) -> None:
         """Ask every other rank's watcher to dump its stacks (this rank's own is not asked)."""
@@ -198,14 +227,8 @@ class StackWatcher:
             self._store.set(REASON_KEY, f"rank {self._rank} asked: {reason}")
             self._seen = int(self._store.add(REQUEST_KEY, 1))
 
-    def _run(self) -> None:
-        while self._alive() and not self._stopped.wait(POLL_SECONDS):
-            try:
-                with self._lock:
-                    count = int(self._store.add(REQUEST_KEY, 0))
-                    asked, self._seen = count > self._seen, max(count, self._seen)
-                    reason = self._store.get(REASON_KEY).decode() if asked else ""
-            except RuntimeError:  # the store is gone: the job ended
-                return
-            if asked:
-                dump(self._rank, reason)
+    def _tick(self) -> None:
+        count = int(self._store.add(REQUEST_KEY, 0))
+        if count > self._seen:
+            self._seen = count
+            dump(self._rank, self._store.get(REASON_KEY).decode())
