@@ -31,6 +31,19 @@ __all__ = [
 class DistributedError(RuntimeError):
     """Base class of every error distbridge raises."""
 
+    #: the keyword arguments of ``__init__`` after the message, kept as attributes of the
+    #: same names: pickling rebuilds the error from them (pickle's default passes none)
+    _fields: tuple[str, ...] = ()
+
+    def __reduce__(self) -> str | tuple[object, ...]:
+        if not self._fields:
+            return super().__reduce__()
+        return (_rebuild, (type(self), str(self), {k: getattr(self, k) for k in self._fields}))
+
+
+def _rebuild(cls: type[DistributedError], message: str, fields: dict[str, object]) -> object:
+    return cls(message, **fields)
+
 
 class BackendUnavailableError(DistributedError, ValueError):
     """The backend asked for is unknown or cannot run on this machine."""
@@ -62,6 +75,8 @@ class WorkerFailedError(DistributedError):
             workers that were still running are absent.
     """
 
+    _fields = ("rank", "local_rank", "exitcode", "worker_traceback", "peer_reports")
+
     def __init__(
         self,
         message: str,
@@ -78,37 +93,6 @@ class WorkerFailedError(DistributedError):
         self.exitcode = exitcode
         self.worker_traceback = worker_traceback
         self.peer_reports = dict(peer_reports or {})
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (
-            _rebuild_worker_failed,
-            (
-                str(self),
-                self.rank,
-                self.local_rank,
-                self.exitcode,
-                self.worker_traceback,
-                self.peer_reports,
-            ),
-        )
-
-
-def _rebuild_worker_failed(
-    message: str,
-    rank: int,
-    local_rank: int,
-    exitcode: int | None,
-    worker_traceback: str,
-    peer_reports: Mapping[int, str] | None = None,
-) -> WorkerFailedError:
-    return WorkerFailedError(
-        message,
-        rank=rank,
-        local_rank=local_rank,
-        exitcode=exitcode,
-        worker_traceback=worker_traceback,
-        peer_reports=peer_reports,
-    )
 
 
 class PeerFailed(DistributedError):  # noqa: N818 - the name the issue asks for
@@ -146,6 +130,8 @@ class BarrierTimeout(DistributedError, TimeoutError):  # noqa: N818  (the name i
         timeout: the timeout in seconds.
     """
 
+    _fields = ("missing_ranks", "name", "timeout")
+
     def __init__(
         self, message: str, *, missing_ranks: tuple[int, ...], name: str | None, timeout: float
     ) -> None:
@@ -153,15 +139,6 @@ class BarrierTimeout(DistributedError, TimeoutError):  # noqa: N818  (the name i
         self.missing_ranks = missing_ranks
         self.name = name
         self.timeout = timeout
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_barrier_timeout, (str(self), self.missing_ranks, self.name, self.timeout))
-
-
-def _rebuild_barrier_timeout(
-    message: str, missing_ranks: tuple[int, ...], name: str | None, timeout: float
-) -> BarrierTimeout:
-    return BarrierTimeout(message, missing_ranks=missing_ranks, name=name, timeout=timeout)
 
 
 class CollectiveTimeout(DistributedError, TimeoutError):  # noqa: N818  (as BarrierTimeout)
@@ -173,16 +150,11 @@ class CollectiveTimeout(DistributedError, TimeoutError):  # noqa: N818  (as Barr
         verdict: the verdict's text (see ``distbridge.reliability.hang.verdict``).
     """
 
+    _fields = ("verdict",)
+
     def __init__(self, message: str, *, verdict: str = "") -> None:
         super().__init__(message)
         self.verdict = verdict
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_collective_timeout, (str(self), self.verdict))
-
-
-def _rebuild_collective_timeout(message: str, verdict: str) -> CollectiveTimeout:
-    return CollectiveTimeout(message, verdict=verdict)
 
 
 class CollectiveMismatch(DistributedError):  # noqa: N818  (the name the issue asks for)
@@ -197,6 +169,8 @@ class CollectiveMismatch(DistributedError):  # noqa: N818  (the name the issue a
         missing_ranks: the ranks that did not arrive in time, sorted (empty for a mismatch).
     """
 
+    _fields = ("fingerprints", "call_sites", "missing_ranks")
+
     def __init__(
         self,
         message: str,
@@ -209,23 +183,6 @@ class CollectiveMismatch(DistributedError):  # noqa: N818  (the name the issue a
         self.fingerprints = dict(fingerprints)
         self.call_sites = dict(call_sites)
         self.missing_ranks = missing_ranks
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (
-            _rebuild_collective_mismatch,
-            (str(self), self.fingerprints, self.call_sites, self.missing_ranks),
-        )
-
-
-def _rebuild_collective_mismatch(
-    message: str,
-    fingerprints: Mapping[int, str],
-    call_sites: Mapping[int, str],
-    missing_ranks: tuple[int, ...],
-) -> CollectiveMismatch:
-    return CollectiveMismatch(
-        message, fingerprints=fingerprints, call_sites=call_sites, missing_ranks=missing_ranks
-    )
 
 
 def suggest(value: str, choices: Iterable[str]) -> str:
