@@ -1,15 +1,10 @@
 """Interposing on one model's public collectives: the mechanism under telemetry and faults.
 
-While a `Layer` is installed on a model, each collective it asks for is shadowed by an
-instance attribute (a plain function, set by the model's ``interpose``) that hands the call
-to the layer. The facade calls
-``current().all_reduce(...)``, and Python finds an instance attribute before the class's
-method, so the layer sees every call through the facade; removing the attributes leaves the
-model as it was. Without a layer nothing is on the path: no flag, no check.
-
-Layers stack: each installed layer wraps the one installed before it (the last one is the
-outermost), and they may leave in any order (the wrappers are rebuilt from the layers left).
-A collective that the model runs inside another (``reduce`` of a number runs ``all_reduce``)
+While a `Layer` is installed on a model, each collective it asks for is an instance attribute
+(set by the model's ``interpose``) that hands the call to the layer; the facade calls
+``current().all_reduce(...)``, so the layer sees every facade call. Without a layer nothing is
+on the path. Layers stack (the last installed is the outermost) and may leave in any order.
+A collective the model runs inside another (``reduce`` of a number runs ``all_reduce``)
 reaches each layer as its outer call only.
 """
 
@@ -21,10 +16,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import FrameType, MethodType
+from types import MethodType
 from typing import Any, Final
 
-from distbridge._frames import outside
 from distbridge.errors import suggest
 from distbridge.models import ComputationModel
 
@@ -33,7 +27,6 @@ __all__ = [
     "SPECS",
     "Layer",
     "OpSpec",
-    "caller_site",
     "check_op",
     "installed",
 ]
@@ -62,42 +55,33 @@ _INSTALLED: weakref.WeakKeyDictionary[ComputationModel, _Installed] = weakref.We
 
 @dataclass(frozen=True)
 class OpSpec:
-    """Where a collective's data and group arguments are (read from its signature)."""
+    """A collective's data argument (the first one, by its name; None: barrier) and the
+    position of its ``group`` (read from its signature)."""
 
     name: str
-    payload: int | None  # position of the data argument (the first one); None: barrier
-    payload_name: str | None
-    group: int  # position of ``group``
+    payload: str | None
+    group: int
 
     def payload_of(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """The data argument of a call, or None."""
         if self.payload is None:
             return None
-        if len(args) > self.payload:
-            return args[self.payload]
-        return kwargs.get(self.payload_name or "")
-
-    def group_of(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """The ``group`` argument of a call (None: the world)."""
-        return args[self.group] if len(args) > self.group else kwargs.get("group")
+        return args[0] if args else kwargs.get(self.payload)
 
     def with_payload(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], value: Any
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The call's arguments with the data argument replaced by ``value``."""
-        if self.payload is None or self.payload_name is None:
+        if self.payload is None:
             return args, kwargs
-        if len(args) > self.payload:
-            return (*args[: self.payload], value, *args[self.payload + 1 :]), kwargs
-        return args, {**kwargs, self.payload_name: value}
+        if args:
+            return (value, *args[1:]), kwargs
+        return args, {**kwargs, self.payload: value}
 
 
 def _spec(name: str) -> OpSpec:
     params = list(inspect.signature(getattr(ComputationModel, name)).parameters)[1:]  # no self
-    group = params.index("group")
-    if name == "barrier":
-        return OpSpec(name, None, None, group)
-    return OpSpec(name, 0, params[0], group)
+    return OpSpec(name, None if name == "barrier" else params[0], params.index("group"))
 
 
 SPECS: Final = {name: _spec(name) for name in OPS}
@@ -113,14 +97,6 @@ def check_op(op: object) -> str:
             f"{', '.join(OPS)}.{suggest(op, OPS)}"
         )
     return op
-
-
-def caller_site(frame: FrameType | None) -> str:
-    """``file:line`` of the first frame from ``frame`` outwards that is outside distbridge."""
-    if frame is None:
-        return "?"
-    frame = outside(frame)
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
 class Layer(ABC):
@@ -168,17 +144,14 @@ def _wrap(layer: Layer, spec: OpSpec, inner: Callable[..., Any]) -> Callable[...
 
 def _rebuild(model: ComputationModel, state: _Installed) -> None:
     for name in OPS:
-        wrapped: Any = state.base.get(name)
-        layered = False
+        call = state.base.get(name)
         for layer in state.layers:
             if name in layer.ops:
-                if wrapped is None:
-                    # the class's method bound to the model (not the model's attribute,
-                    # which may be an outer layer's)
-                    wrapped = MethodType(getattr(type(model), name), model)
-                wrapped = _wrap(layer, SPECS[name], wrapped)
-                layered = True
-        model.interpose(name, wrapped if layered or name in state.base else None)
+                # the class's method bound to the model (not the model's attribute, which may
+                # be an outer layer's)
+                inner = call or MethodType(getattr(type(model), name), model)
+                call = _wrap(layer, SPECS[name], inner)
+        model.interpose(name, call)
 
 
 @contextmanager

@@ -4,12 +4,9 @@
 An action decides what happens at that call: `Raise`, `Exit`, `Kill`, `Sleep` (then run the
 call), `Skip` (do not run it), or send a wrong argument (`WrongDtype`, `WrongShape`,
 `Transform`). It fires once, at call ``call`` counted from the block's start, on the ranks
-named; every other call runs unchanged.
-
-How it hooks in: as `distbridge.testing.telemetry` does (``testing/_interpose.py``). While the
-block runs, the one collective named is shadowed by an instance attribute of the active
-model, on the ranks named only; leaving the block deletes it. Unused, and on the other
-ranks, it costs nothing. Faults are per process: inject them in the function each rank runs.
+named; every other call runs unchanged. While the block runs, the collective named is
+shadowed on the ranks named only (``testing/_interpose.py``); elsewhere it costs nothing.
+Faults are per process: inject them in the function each rank runs.
 """
 
 from __future__ import annotations
@@ -115,7 +112,7 @@ class Kill(Action):
     """Send this process ``signal`` (default SIGKILL: it dies at once). A signal it survives
     (one with a handler) lets the call run afterwards."""
 
-    signal: int = signals.SIGKILL if hasattr(signals, "SIGKILL") else signals.SIGTERM
+    signal: int = signals.SIGKILL
 
     def __post_init__(self) -> None:
         if self.signal not in signals.valid_signals():

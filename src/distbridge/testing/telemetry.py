@@ -1,16 +1,10 @@
 """Comms telemetry: what each collective call of this process moved, how long it took, and
 where it was called (``with telemetry.record() as rec: ...``, then ``print(rec.summary())``).
 
-How it hooks in: while a `record` block runs, each public collective of the active model
-instance (``distbridge._state.current()``) is shadowed by an instance attribute that times
-the call (``testing/_interpose.py``); the facade calls ``current().all_reduce(...)``, so every
-facade call goes through it, and leaving the block deletes the attributes. Outside a block
-the cost is zero: no flag is tested, the class's own methods run. A flag beside
-``self._debug`` in ``models/base.py`` would cost every call of every program a test, and
-change the model class, for a tool that tests and profiling runs use.
-
-Telemetry is per process: each rank records its own calls. It follows the model active when
-the block starts (a context created inside the block is not seen); one thread at a time.
+While a `record` block runs, each public collective of the active model is shadowed by a
+wrapper that times the call (``testing/_interpose.py``); outside a block nothing is on the
+path. Telemetry is per process: each rank records its own calls. It follows the model active
+when the block starts (a context created inside the block is not seen); one thread at a time.
 """
 
 from __future__ import annotations
@@ -20,15 +14,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
 import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from distbridge import _state
+from distbridge._frames import outside
 from distbridge.models import ComputationModel
-from distbridge.testing._interpose import Layer, OpSpec, caller_site, installed
+from distbridge.testing._interpose import Layer, OpSpec, installed
 
 __all__ = ["CallRecord", "OpSummary", "Recording", "Summary", "bus_factor", "record"]
 
@@ -51,13 +45,8 @@ def bus_factor(op: str, group_size: int) -> float | None:
     return None if factor is None or group_size < 1 else factor(group_size)
 
 
-_DTYPE_NAMES: Final = MappingProxyType(
-    {d: str(d).removeprefix("torch.") for d in vars(torch).values() if isinstance(d, torch.dtype)}
-)
-
-
 def _dtype_name(dtype: torch.dtype) -> str:
-    return _DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch.")
+    return str(dtype).removeprefix("torch.")
 
 
 def _payload(value: Any) -> tuple[int, str]:
@@ -230,12 +219,13 @@ class Recording(Layer):
         start = time.perf_counter()
         result = proceed(*args, **kwargs)
         seconds = time.perf_counter() - start
-        at = spec.group  # spec.group_of and spec.payload_of, inline: this runs on every call
-        group = args[at] if len(args) > at else kwargs.get("group")
+        group = args[spec.group] if len(args) > spec.group else kwargs.get("group")
         size = self._world_size if group is None else self._group_size(group)
-        data = args[0] if args and spec.payload == 0 else spec.payload_of(args, kwargs)
-        nbytes, dtype = _payload(data)
-        site = caller_site(sys._getframe(2)) if self._keep or self._on_call is not None else ""
+        nbytes, dtype = _payload(spec.payload_of(args, kwargs))
+        site = ""
+        if self._keep or self._on_call is not None:  # the first frame outside distbridge
+            frame = outside(sys._getframe())
+            site = f"{frame.f_code.co_filename}:{frame.f_lineno}"
         self._add(spec.name, size, nbytes, dtype, seconds, site)
         return result
 
