@@ -1,4 +1,4 @@
-"""by_value: a notebook's worker function, its arguments and what they use travel by value;
+"""pickling.pack: a notebook's worker function, its arguments and what they use travel by value;
 what cannot travel is named, with the fix, before any worker starts."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from distbridge.errors import PicklingError
-from distbridge.launch.by_value import find_culprit, main_is_interactive, pack
+from distbridge.launch._main_module import main_is_interactive
+from distbridge.launch.pickling import find_culprit, pack
 
 _NOTEBOOK_CELL = """\
 import math

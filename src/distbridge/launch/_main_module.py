@@ -21,7 +21,7 @@ from multiprocessing import process
 
 from distbridge.errors import DistributedError
 
-__all__ = ["REIMPORT_EXIT_CODE", "REIMPORT_PROBLEM", "check_main_module"]
+__all__ = ["REIMPORT_EXIT_CODE", "REIMPORT_PROBLEM", "check_main_module", "main_is_interactive"]
 
 #: Exit code of a worker that called spawn while importing the main script.
 REIMPORT_EXIT_CODE = 86
@@ -40,14 +40,33 @@ _FORK_ADVICE = (
 )
 
 
+def _main_kind() -> str:
+    """How the main script runs: "module" (``python -m``: workers import it by name),
+    "interactive" (no file: a notebook, IPython, ``python -c``), "stdin", "missing" (its
+    file is not there) or "file"."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None:
+        return "module"
+    path = getattr(main, "__file__", None)
+    if not isinstance(path, str):
+        return "interactive"
+    if path == "<stdin>":
+        return "stdin"
+    found = os.path.isfile(os.path.join(getattr(process, "ORIGINAL_DIR", None) or "", path))
+    return "file" if found else "missing"
+
+
+def main_is_interactive() -> bool:
+    """Whether ``__main__`` has no file a worker could run again and no module it could
+    import (a notebook, an IPython shell, ``python -c``): its functions go by value."""
+    return _main_kind() in ("interactive", "missing")
+
+
 def check_main_module(start_method: str) -> None:
     """Stop a spawn that would fail in every worker because of how the main script runs.
 
     In a worker that is importing the main script (it has no ``__main__`` guard), print why
     to stderr and end the process with exit code `REIMPORT_EXIT_CODE`.
-
-    Args:
-        start_method: the multiprocessing start method the workers will use.
 
     Raises:
         DistributedError: the main script was read from standard input (or its file is
@@ -58,23 +77,16 @@ def check_main_module(start_method: str) -> None:
               file=sys.stderr, flush=True)  # fmt: skip
         # Not SystemExit: a "forkserver" child turns every exception into exit code 1.
         os._exit(REIMPORT_EXIT_CODE)
-    if start_method == "fork":
-        return
-    main = sys.modules.get("__main__")
-    if getattr(main, "__spec__", None) is not None:
-        return  # python -m package.module: the workers import it by name
-    path = getattr(main, "__file__", None)
-    if not isinstance(path, str):
-        return  # an interactive session: check_picklable looks at the functions
-    if path == "<stdin>":
+    kind = "file" if start_method == "fork" else _main_kind()
+    if kind == "stdin":
         raise DistributedError(
             f"The main script was read from standard input, which workers started with "
             f"start_method={start_method!r} cannot read again to re-import it: save the code "
             f"to a file and run `python file.py`, {_FORK_ADVICE}."
         )
-    if not os.path.isfile(os.path.join(getattr(process, "ORIGINAL_DIR", None) or "", path)):
+    if kind == "missing":
         raise DistributedError(
-            f"The main script {path!r} is not a file, so workers started with "
-            f"start_method={start_method!r} cannot re-import it: save the code to a file and "
-            f"run `python file.py`, {_FORK_ADVICE}."
+            f"The main script {sys.modules['__main__'].__file__!r} is not a file, so workers "
+            f"started with start_method={start_method!r} cannot re-import it: save the code to "
+            f"a file and run `python file.py`, {_FORK_ADVICE}."
         )

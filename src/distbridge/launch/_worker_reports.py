@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import reprlib
 import signal
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -19,12 +18,10 @@ import torch
 from distbridge._frames import inside
 from distbridge.errors import WorkerFailedError
 from distbridge.launch._main_module import REIMPORT_EXIT_CODE, REIMPORT_PROBLEM
+from distbridge.launch.pickling import SHORT_REPR
 from distbridge.reliability.hang.verdict import headline
 
-__all__ = ["SHORT_REPR", "Report", "Worker", "death", "failure", "sentence"]
-
-SHORT_REPR = reprlib.Repr()  # repr() shortened for messages
-SHORT_REPR.maxother = SHORT_REPR.maxstring = 160
+__all__ = ["Report", "Worker", "death", "failure", "sentence"]
 
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _ENTRY = re.compile(r'^  File "', re.MULTILINE)  # a frame of a traceback

@@ -24,10 +24,9 @@ from torch._C._distributed_c10d import TCPStore  # where torch defines them
 
 from distbridge.errors import DistributedError
 from distbridge.launch._joinable import Activate, MakeModel
-from distbridge.launch._main_module import check_main_module
+from distbridge.launch._main_module import check_main_module, main_is_interactive
 from distbridge.launch._output import plan_output
-from distbridge.launch.by_value import main_is_interactive, pack
-from distbridge.launch.pickling import check_picklable
+from distbridge.launch.pickling import check_picklable, pack
 from distbridge.launch.supervisor import PEER_WINDOW_SECONDS, START_METHODS, run_workers
 from distbridge.reliability.fail_together import record_failure
 from distbridge.reliability.hang.collect import collect
@@ -107,7 +106,7 @@ def spawn_native(
 
     ``start_method`` "forkserver" forks the workers from the warm starter (see
     `distbridge.launch.warm_start`). A function defined in a notebook, an IPython shell or
-    ``python -c`` travels by value (see `distbridge.launch.by_value`).
+    ``python -c`` travels by value (see `distbridge.launch.pickling`).
 
     ``tag_output`` and ``output_ranks`` say how the workers' output reaches the parent's
     (see `distbridge.launch._output`)."""

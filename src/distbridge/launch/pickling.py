@@ -1,10 +1,11 @@
-"""Check, before any process starts, that a worker function and its arguments can be sent.
+"""Sending a worker function and its arguments to processes started with "spawn" or
+"forkserver", checked before any process starts.
 
-A process started with the "spawn" (or "forkserver") start method receives its function
-and arguments by pickling: a function travels as a reference ``module.qualified_name``
-that the child imports again, and an argument travels by value. The checks here turn the
-confusing errors that would otherwise surface in the child (or as an ``AttributeError``
-in the parent) into one message that says what to change.
+A function travels by reference (``module.qualified_name``) that the worker imports again,
+an argument by value: `check_picklable` turns what would fail in the worker into one message
+that says what to change. A function defined in an interactive ``__main__`` (Jupyter,
+IPython, ``python -c``) has no module to import: `pack` sends it, its arguments and what they
+refer to by value with cloudpickle, and `find_culprit` names what cannot be sent even so.
 """
 
 from __future__ import annotations
@@ -14,28 +15,39 @@ import inspect
 import pickle
 import reprlib
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+
+import cloudpickle
 
 from distbridge.errors import PicklingError
 
-__all__ = ["check_picklable"]
+__all__ = ["SHORT_REPR", "ByValue", "check_picklable", "find_culprit", "pack"]
 
-_REPR = reprlib.Repr()  # repr() shortened for messages
-_REPR.maxother = _REPR.maxstring = 160
+SHORT_REPR = reprlib.Repr()  # repr() shortened for messages
+SHORT_REPR.maxother = SHORT_REPR.maxstring = 160
 
 _TOP_LEVEL_ADVICE = "Define it with def at the top level of a module and pass that function."
+_MAX_DEPTH = 3  # how deep find_culprit follows functions that use functions
+_FIX = (
+    "Create locks, open files, connections and the like inside the worker function (pass "
+    "what they are made from: a path, an address), or define the function in a .py module "
+    "and import it"
+)
+
+
+def _unwrapped(fn: Any) -> Any:
+    """``fn`` without the ``functools.partial`` layers around it."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return fn
 
 
 def check_picklable(
     fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> None:
-    """Raise if ``fn`` or its arguments cannot be sent to a process started with "spawn".
-
-    Args:
-        fn: the worker function (a ``functools.partial`` of one is accepted too).
-        args: the positional arguments it will be called with.
-        kwargs: the keyword arguments it will be called with.
+    """Raise if ``fn`` (or a ``functools.partial`` of it) or its arguments cannot be sent to
+    a process started with "spawn".
 
     Raises:
         PicklingError: ``fn`` is a lambda, a nested function, a function the child cannot
@@ -50,12 +62,9 @@ def check_picklable(
 
 
 def _check_function(fn: Callable[..., Any]) -> None:
-    inner = fn
-    while isinstance(inner, functools.partial):
-        inner = inner.func
-    name = getattr(inner, "__name__", "")
+    inner = _unwrapped(fn)
     qualname = getattr(inner, "__qualname__", "")
-    if name == "<lambda>":
+    if getattr(inner, "__name__", "") == "<lambda>":
         raise PicklingError(
             f"The function {inner!r} is a lambda, which cannot be sent to a worker process "
             "started with 'spawn'. Define it with def at the top level of a module instead."
@@ -109,8 +118,110 @@ def _check_value(value: Any, where: str) -> None:
         pickle.dumps(value)
     except Exception as err:
         raise PicklingError(
-            f"The argument {where} = {_REPR.repr(value)} cannot be sent to a worker process "
-            f"started with 'spawn': {type(err).__name__}: {err}. Pass a value that pickle can "
-            "serialize (numbers, strings, tensors, containers of these), and create locks, "
-            "open files, connections and the like inside the worker function."
+            f"The argument {where} = {SHORT_REPR.repr(value)} cannot be sent to a worker "
+            f"process started with 'spawn': {type(err).__name__}: {err}. Pass a value that "
+            "pickle can serialize (numbers, strings, tensors, containers of these), and create "
+            "locks, open files, connections and the like inside the worker function."
         ) from err
+
+
+class ByValue:
+    """``fn(local_rank, *args, **kwargs)`` with all three sent by value (cloudpickle)."""
+
+    def __init__(self, payload: bytes, name: str) -> None:
+        self.payload, self.name = payload, name
+
+    def __repr__(self) -> str:
+        return f"<{self.name} sent by value>"
+
+    def __call__(self, local_rank: int) -> Any:
+        fn, args, kwargs = cloudpickle.loads(self.payload)
+        return fn(local_rank, *args, **kwargs)
+
+
+def pack(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> ByValue:
+    """``fn``, ``args`` and ``kwargs`` as one `ByValue` call.
+
+    Raises:
+        PicklingError: something they refer to cannot be pickled even by value; the message
+            names it (see `find_culprit`) and says what to change.
+    """
+    try:
+        payload = cloudpickle.dumps((fn, tuple(args), dict(kwargs)))
+    except Exception as err:
+        where, value, problem = find_culprit(fn, args, kwargs) or ("it", fn, err)
+        raise PicklingError(
+            f"The function {_name(fn)} cannot be sent to the workers: {where} = "
+            f"{SHORT_REPR.repr(value)} cannot be pickled ({type(problem).__name__}: {problem}). "
+            f"{_FIX}."
+        ) from err
+    return ByValue(payload, _name(fn))
+
+
+def find_culprit(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> tuple[str, Any, Exception] | None:
+    """The first part of a worker call that cloudpickle rejects: ``(where, value, error)``,
+    where ``where`` reads like "the closure variable 'lock' of train"; None if none does."""
+    parts = [
+        *((f"args[{i}]", value) for i, value in enumerate(args)),
+        *((f"kwargs[{name!r}]", value) for name, value in kwargs.items()),
+        *_parts_of(fn, _name(fn)),
+    ]
+    return _culprit(parts, depth=0)
+
+
+def _culprit(parts: list[tuple[str, Any]], depth: int) -> tuple[str, Any, Exception] | None:
+    for where, value in parts:
+        try:
+            cloudpickle.dumps(value)
+        except Exception as err:
+            if depth < _MAX_DEPTH and callable(value) and not isinstance(value, type):
+                deeper = _culprit(list(_parts_of(value, where)), depth + 1)
+                if deeper is not None:  # a function's closure or global, not the function
+                    return deeper
+            return where, value, err
+    return None
+
+
+def _parts_of(fn: Any, owner: str) -> Iterator[tuple[str, Any]]:
+    """What pickling ``fn`` by value pickles: bound arguments, defaults, closure variables
+    and the globals its code names."""
+    if isinstance(fn, functools.partial):
+        for i, value in enumerate(fn.args):
+            yield f"the bound argument {i} of {owner}", value
+        for name, value in fn.keywords.items():
+            yield f"the bound argument {name!r} of {owner}", value
+        yield from _parts_of(fn.func, owner)
+        return
+    self = getattr(fn, "__self__", None)
+    if self is not None and not isinstance(self, type(sys)):
+        yield f"the object {owner} is bound to", self
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return
+    for value in fn.__defaults__ or ():
+        yield f"a default argument of {owner}", value
+    for name, value in (fn.__kwdefaults__ or {}).items():
+        yield f"the default of {name!r} of {owner}", value
+    for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=False):
+        try:
+            yield f"the closure variable {name!r} of {owner}", cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+    namespace = getattr(fn, "__globals__", {})
+    for name in sorted(set(_global_names(code))):
+        if name in namespace and not isinstance(namespace[name], type(sys)):
+            yield f"the global {name!r} used by {owner}", namespace[name]
+
+
+def _global_names(code: Any) -> Iterator[str]:
+    yield from code.co_names
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            yield from _global_names(const)
+
+
+def _name(fn: Any) -> str:
+    inner = _unwrapped(fn)
+    return str(getattr(inner, "__qualname__", None) or SHORT_REPR.repr(inner))

@@ -36,7 +36,8 @@ from distbridge.errors import SpawnTimeoutError, suggest
 from distbridge.launch._main_module import check_main_module
 from distbridge.launch._output import OutputPlan, OutputRelay, redirect_output
 from distbridge.launch._signals import SignalWatch
-from distbridge.launch._worker_reports import SHORT_REPR, Report, Worker, death, failure
+from distbridge.launch._worker_reports import Report, Worker, death, failure
+from distbridge.launch.pickling import SHORT_REPR
 from distbridge.launch.warm_start import (
     check_fork_is_safe,
     die_with_parent,
