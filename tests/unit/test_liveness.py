@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from distbridge.reliability.liveness import while_current
+from distbridge.reliability.hang.stacks import while_current
 
 
 class _Model:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -60,15 +60,7 @@ class Fingerprint:
         return f"{self.call}({args})"
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "call": self.call,
-                "fields": self.fields,
-                "notes": self.notes,
-                "members": self.members,
-                "site": self.site,
-            }
-        )
+        return json.dumps(asdict(self))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Fingerprint:
@@ -111,20 +103,12 @@ def _tensor_fields(value: object, *, shape: bool) -> list[tuple[str, str]]:
     return fields
 
 
-def _is_tensor(value: object) -> bool:
-    return isinstance(value, torch.Tensor)
-
-
-def _shape_note(value: object) -> list[tuple[str, str]]:
-    return [("shape", str(list(value.shape)))] if isinstance(value, torch.Tensor) else []
-
-
 def _gathered(value: object) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """A gathered value: tensors agree on dtype (shapes, number of dims included, may
     differ); other values on their category (numbers, text, objects), since a gather mixes
     ints and floats but not kinds."""
     if isinstance(value, torch.Tensor):
-        return [*_tensor_fields(value, shape=False)], _shape_note(value)
+        return _tensor_fields(value, shape=False), [("shape", str(list(value.shape)))]
     category = _CATEGORIES.get(codec.kind_of(value), "object")
     return [("type", category)], [("value", _kind(value))]
 
@@ -152,31 +136,30 @@ def describe(
     arguments (the collective itself reports those), so every rank can compare."""
     fields: list[tuple[str, str]] = []
     notes: list[tuple[str, str]] = []
+    x = args.get("x")
+    tensor = isinstance(x, torch.Tensor)
+    vouched = args.get("same_shape") is True  # the caller vouched for one shape everywhere
     if call in ("all_reduce", "reduce", "reduce_scatter"):
-        fields = [*_tensor_fields(args["x"], shape=True), ("op", op_name(args["op"]))]
-    elif call == "all_gather":
-        x = args["x"]  # tensors: one shape everywhere; other values: any size
-        fields, notes = (_tensor_fields(x, shape=True), []) if _is_tensor(x) else _gathered(x)
+        fields = [*_tensor_fields(x, shape=True), ("op", op_name(args["op"]))]
+    elif call == "all_gather":  # tensors: one shape everywhere; other values: any size
+        fields, notes = (_tensor_fields(x, shape=True), []) if tensor else _gathered(x)
     elif call == "broadcast":
-        x = args["x"]
-        if isinstance(x, torch.Tensor) and not args["safe_mode"]:
+        if tensor and not args["safe_mode"]:
             fields = _tensor_fields(x, shape=True)
         else:  # only the source's value matters: the others may pass placeholders
             fields, notes = [("type", "not a tensor, or safe_mode")], [("value", _kind(x))]
-    elif call == "gather" and args.get("same_shape") is True:  # the caller vouched for it
-        fields = _tensor_fields(args["x"], shape=True)
     elif call == "gather":
-        fields, notes = _gathered(args["x"])
+        fields, notes = (_tensor_fields(x, shape=True), []) if vouched else _gathered(x)
     elif call == "all_gather_tensors_with_shapes":
-        fields = [*_tensor_fields(args["x"], shape=False), ("shapes", _shapes(args["shapes"]))]
-    elif call == "all_to_all" and _is_tensor(args["x"]):  # one tensor: one shape everywhere
-        fields = _tensor_fields(args["x"], shape=True)
+        fields = [*_tensor_fields(x, shape=False), ("shapes", _shapes(args["shapes"]))]
+    elif call == "all_to_all" and tensor:  # one tensor: one shape everywhere
+        fields = _tensor_fields(x, shape=True)
     elif call == "all_to_all":
-        fields, notes = _tensors(args["x"])
-        if args.get("same_shape") is True:  # the caller vouched for one shape everywhere
+        fields, notes = _tensors(x)
+        if vouched:
             fields, notes = [*fields, *notes], []
     elif call in ("scatter", "scatter_object") and "x" in args:
-        notes = [("sent", f"{len(args['x'])} values")] if isinstance(args["x"], list) else []
+        notes = [("sent", f"{len(x)} values")] if isinstance(x, list) else []
         if args.get("out") is not None:  # every rank receives into a tensor of one shape
             fields = _tensor_fields(args["out"], shape=True)
     for root in ("src", "dst"):

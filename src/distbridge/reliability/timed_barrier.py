@@ -35,8 +35,7 @@ from typing import TYPE_CHECKING, Any
 from distbridge.algorithms.groups import GroupCache
 from distbridge.errors import BarrierTimeout, DistributedError, PeerFailed
 from distbridge.reliability.fail_together import ANSWER_WAIT_SECONDS, read_failure
-from distbridge.reliability.hang.stacks import StackWatcher, dump
-from distbridge.reliability.liveness import while_current
+from distbridge.reliability.hang.stacks import StackWatcher, dump, while_current
 
 if TYPE_CHECKING:
     from distbridge._types import Group

@@ -48,9 +48,9 @@ from distbridge.reliability.hang.stacks import (
     died_in,
     disable_fault_dump,
     enable_fault_dump,
+    while_current,
 )
 from distbridge.reliability.hang.verdict import RankReport, Record, headline
-from distbridge.reliability.liveness import while_current
 
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract

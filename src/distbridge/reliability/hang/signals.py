@@ -34,6 +34,7 @@ once the collective returns (the process group's timeout at the latest).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -175,7 +176,8 @@ class _Watch:
                         f"Why, from every rank's collective ledger:\n{text}",
                         file=sys.stderr,
                     )
-                    _flush()
+                    with contextlib.suppress(Exception):
+                        sys.stderr.flush()
         finally:
             self.explained.set()
         return True
@@ -202,11 +204,6 @@ class _Watch:
         self.thread.join(1.0)
         with contextlib.suppress(OSError):
             os.close(self.read)
-
-
-def _flush() -> None:
-    with contextlib.suppress(Exception):
-        sys.stderr.flush()
 
 
 def _in_trouble(ledger: CollectiveLedger) -> bool:
@@ -265,23 +262,16 @@ def watch_signals(model: ModelContract) -> None:
     or outside the main thread; SIGTERM's verdict only for a model that fails together (it
     can ask its peers). In a process that answers SIGUSR2 already (a launcher's), only what
     it reports changes."""
-    explain = model.hang_verdict if model.fails_together else None
-    ledger, engine = model.ledger, model.engine_trace  # the record: native models only
     if _installed:
         report_on_signal(model)
         return
     if model.get_world_size() < 2 or threading.current_thread() is not threading.main_thread():
         return
+    explain = functools.partial(model.hang_verdict, {}) if model.fails_together else None
     wanted = [DUMP_SIGNAL] if explain is None else [signal.SIGTERM, DUMP_SIGNAL]
     free = [s for s in wanted if _answerable(s)]
-    if not free:
-        return
-
-    def verdict_text(wait: float) -> str | None:
-        text = None if explain is None else explain({}, wait)
-        return None if text is None else str(text)
-
-    _installed.append(_Watch(model.get_rank(), ledger, verdict_text, free, engine))
+    if free:  # the engine's record: native models only
+        _installed.append(_Watch(model.get_rank(), model.ledger, explain, free, model.engine_trace))
 
 
 def unwatch_signals() -> None:

@@ -27,7 +27,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from distbridge._frames import inside
 from distbridge.reliability.hang.job_cards import alive, card_dir
@@ -40,6 +40,7 @@ __all__ = [
     "dump",
     "enable_fault_dump",
     "format_stacks",
+    "while_current",
 ]
 
 LOG = logging.getLogger("distbridge")
@@ -156,6 +157,22 @@ def dump(rank: int, reason: str) -> str:
     text = f"{header}\n{format_stacks()}"
     LOG.warning("%s", text)
     return text
+
+
+class _Model(Protocol):
+    def is_current(self) -> bool: ...
+
+
+def while_current(model: _Model) -> Callable[[], bool]:
+    """A check that is True while ``model`` exists and its context is the live one (a
+    `StoreThread`'s ``alive``); the model is held weakly."""
+    ref = weakref.ref(model)
+
+    def alive() -> bool:
+        current = ref()
+        return current is not None and current.is_current()
+
+    return alive
 
 
 class StoreThread:
