@@ -71,11 +71,11 @@ def op_spellings(supported: frozenset[str]) -> dict[str, str]:
     their aliases) -> the canonical name `canonical_op` gives them."""
     names = {alias: name for alias, name in _OP_ALIASES.items() if name in supported}
     names.update((name, name) for name in supported)
-    return {form: name for spelled, name in names.items() for form in _forms(spelled)}
-
-
-def _forms(name: str) -> tuple[str, str, str]:
-    return name, name.lower(), name.capitalize()
+    return {
+        form: name
+        for spelled, name in names.items()
+        for form in (spelled, spelled.lower(), spelled.capitalize())
+    }
 
 
 def canonical_op(op: object, supported: frozenset[str], model_name: str) -> str:

@@ -151,9 +151,8 @@ class GroupCache:
             )
         outside = list(itertools.islice((r for r in ranks if not 0 <= r < world), _SHOWN + 1))
         if outside:
-            shown = ", ".join(map(str, outside[:_SHOWN])) + (", ..." if outside[_SHOWN:] else "")
             raise ValueError(
-                f"Group ranks [{shown}] are outside this world of "
+                f"Group ranks {_shown(outside)} are outside this world of "
                 f"size {world} (valid ranks: 0..{world - 1})."
             )
         if len(set(ranks)) != len(ranks):

@@ -44,8 +44,20 @@ def _try_encode(obj: Any, serializer: Serializer | None) -> tuple[Frame, Excepti
         return Frame(), err
 
 
-def _check_sizes(sizes: list[int], failure: Exception | None, what: str) -> None:
-    """Raise on every rank when any rank could not serialize its object."""
+def _encode_everywhere(
+    model: ModelContract,
+    obj: Any,
+    serializer: Serializer | None,
+    channel: Any,
+    device: torch.device,
+    what: str,
+) -> tuple[Frame, list[int]]:
+    """``obj``'s frame and every member's frame size; raises on every rank when any rank could
+    not serialize its object."""
+    frame, failure = _try_encode(obj, serializer)
+    size = frame_size(frame) if failure is None else _FAILED
+    mine = torch.tensor([size], dtype=torch.int64, device=device)
+    sizes = [int(n) for n in model.do_all_gather(mine, channel).tolist()]
     if failure is not None:
         raise TypeError(f"{what}: this rank's object cannot be serialized: {failure}") from failure
     bad = [r for r, n in enumerate(sizes) if n == _FAILED]
@@ -53,11 +65,14 @@ def _check_sizes(sizes: list[int], failure: Exception | None, what: str) -> None
         raise TypeError(
             f"{what}: group rank(s) {bad} could not serialize their object (see their error)."
         )
+    return frame, sizes
 
 
-def _sizes(model: ModelContract, size: int, channel: Any, device: torch.device) -> list[int]:
-    mine = torch.tensor([size], dtype=torch.int64, device=device)
-    return [int(n) for n in model.do_all_gather(mine, channel).tolist()]
+def _filled(frame: Frame, size: int) -> torch.Tensor:
+    """A uint8 CPU tensor of ``size`` bytes that starts with ``frame``."""
+    out = torch.empty(size, dtype=torch.uint8)
+    frame_into(frame, out.numpy())
+    return out
 
 
 def all_gather_object(
@@ -67,13 +82,11 @@ def all_gather_object(
     if resolved is _NOT_A_MEMBER:
         return [obj]
     channel, device = model.object_transport(resolved)
-    parts, failure = _try_encode(obj, serializer)
-    sizes = _sizes(model, frame_size(parts) if failure is None else _FAILED, channel, device)
-    _check_sizes(sizes, failure, "all_gather_object")
+    frame, sizes = _encode_everywhere(model, obj, serializer, channel, device, "all_gather_object")
     longest, me = max(sizes), model.group_rank(resolved)
     received = torch.empty(len(sizes) * longest, dtype=torch.uint8)
     mine = received[me * longest : (me + 1) * longest]
-    frame_into(parts, mine.numpy())
+    frame_into(frame, mine.numpy())
     if device.type == "cpu":
         model.do_all_gather_into(received, mine, channel)
     else:
@@ -92,12 +105,8 @@ def gather_object(
     if resolved is _NOT_A_MEMBER:
         return []
     channel, device = model.object_transport(resolved)
-    parts, failure = _try_encode(obj, serializer)
-    sizes = _sizes(model, frame_size(parts) if failure is None else _FAILED, channel, device)
-    _check_sizes(sizes, failure, "gather_object")
-    mine = torch.empty(max(sizes), dtype=torch.uint8)
-    frame_into(parts, mine.numpy())
-    frames = model.do_gather(mine.to(device), dst, channel)
+    frame, sizes = _encode_everywhere(model, obj, serializer, channel, device, "gather_object")
+    frames = model.do_gather(_filled(frame, max(sizes)).to(device), dst, channel)
     if model.get_rank() != dst or frames is None:
         return []
     return [decode_frame(f.cpu().numpy(), serializer) for f in frames]
@@ -112,12 +121,10 @@ def broadcast_object(
         return obj
     channel, device = model.object_transport(resolved)
     is_src = model.get_rank() == src
-    parts, failure = _try_encode(obj, serializer) if is_src else (Frame(), None)
-    size = (frame_size(parts) if failure is None else _FAILED) if is_src else 0
-    header = model.do_broadcast(
-        torch.tensor([size], dtype=torch.int64, device=device), src, channel
-    )
-    size = int(header.item())
+    frame, failure = _try_encode(obj, serializer) if is_src else (Frame(), None)
+    size = (frame_size(frame) if failure is None else _FAILED) if is_src else 0
+    header = torch.tensor([size], dtype=torch.int64, device=device)
+    size = int(model.do_broadcast(header, src, channel).item())
     if failure is not None:
         raise TypeError(
             f"broadcast_object: the object cannot be serialized: {failure}"
@@ -126,11 +133,9 @@ def broadcast_object(
         raise TypeError(
             f"broadcast_object: rank {src} could not serialize its object (see its error)."
         )
-    frame = torch.empty(size, dtype=torch.uint8)
-    if is_src:
-        frame_into(parts, frame.numpy())
-    frame = model.do_broadcast(frame.to(device), src, channel)
-    return obj if is_src else decode_frame(frame.cpu().numpy(), serializer)
+    data = _filled(frame, size) if is_src else torch.empty(size, dtype=torch.uint8)
+    data = model.do_broadcast(data.to(device), src, channel)
+    return obj if is_src else decode_frame(data.cpu().numpy(), serializer)
 
 
 def scatter_object(
@@ -145,38 +150,30 @@ def scatter_object(
     is_src = model.get_rank() == src
     problem: Exception | None = None
     frames: list[Frame] = []
+    sizes = [_FAILED] * size  # sent by the source only
     if is_src and (not isinstance(objs, (list, tuple)) or len(objs) != size):
         problem = ValueError(
             f"scatter_object needs a list of {size} objects on the source rank, got {objs!r}."
         )
-    elif is_src:
-        for obj in objs:
-            parts, failure = _try_encode(obj, serializer)
-            problem = problem or failure
-            frames.append(parts)
-    sizes = [frame_size(f) for f in frames] if is_src and problem is None else [_FAILED] * size
-    if isinstance(problem, ValueError):
         sizes = [_NOT_A_LIST] * size
+    elif is_src:
+        encoded = [_try_encode(obj, serializer) for obj in objs]
+        frames = [frame for frame, _ in encoded]
+        failure = next((err for _, err in encoded if err is not None), None)
+        if failure is not None:
+            problem = TypeError(f"scatter_object: an object cannot be serialized: {failure}")
+        else:
+            sizes = [frame_size(frame) for frame in frames]
     table = model.do_broadcast(torch.tensor(sizes, dtype=torch.int64, device=device), src, channel)
     sizes = [int(n) for n in table.tolist()]
     if problem is not None:
-        raise (
-            problem
-            if isinstance(problem, ValueError)
-            else TypeError(f"scatter_object: an object cannot be serialized: {problem}")
-        )
+        raise problem
     if _NOT_A_LIST in sizes:  # the source's own error type, so every rank raises alike
         raise ValueError(f"scatter_object: rank {src} could not send the objects (see its error).")
     if _FAILED in sizes:
         raise TypeError(f"scatter_object: rank {src} could not send the objects (see its error).")
     longest = max(sizes)
-    chunks = None
-    if is_src:
-        chunks = []
-        for parts in frames:
-            chunk = torch.empty(longest, dtype=torch.uint8)
-            frame_into(parts, chunk.numpy())
-            chunks.append(chunk.to(device))
+    chunks = [_filled(frame, longest).to(device) for frame in frames] if is_src else None
     out = torch.empty(longest, dtype=torch.uint8, device=device)
     got = model.do_scatter(chunks, out, src, channel)
     return decode_frame(got.cpu().numpy()[: sizes[me]], serializer)

@@ -66,25 +66,20 @@ class _Pickler(pickle.Pickler):
         buffers: list[memoryview] | None = None,
         tensors: list[memoryview] | None = None,
     ) -> None:
-        super().__init__(file, protocol=5, buffer_callback=None if buffers is None else self._keep)
-        self._buffers = buffers
+        keep = None if buffers is None else (lambda buffer: buffers.append(buffer.raw()))
+        super().__init__(file, protocol=5, buffer_callback=keep)
         self._tensors = tensors
         self._seen: dict[int, tuple[torch.Tensor, int]] = {}
-
-    def _keep(self, buffer: pickle.PickleBuffer) -> None:
-        assert self._buffers is not None  # only called when buffers were given
-        self._buffers.append(buffer.raw())
 
     def persistent_id(self, obj: Any) -> Any:
         if type(obj) is not torch.Tensor or not _out_of_band(obj):
             return None
-        if self._tensors is None:
-            data = obj.detach().resolve_conj().resolve_neg().contiguous()
-            return ("distbridge.tensor", as_bytes(data).numpy().tobytes(), obj.dtype, obj.shape)
+        data = as_bytes(obj.resolve_conj().resolve_neg()).numpy()
+        if self._tensors is None:  # in band: the bytes themselves
+            return ("distbridge.tensor", data.tobytes(), obj.dtype, tuple(obj.shape))
         seen = self._seen.get(id(obj))
         if seen is None:
-            data = obj.detach().resolve_conj().resolve_neg().contiguous()
-            self._tensors.append(as_bytes(data).numpy().data)
+            self._tensors.append(data.data)
             seen = self._seen[id(obj)] = (obj, len(self._tensors) - 1)  # obj: keeps id() unique
         return ("distbridge.tensor", seen[1], obj.dtype, tuple(obj.shape))
 
@@ -119,14 +114,16 @@ class _Unpickler(pickle.Unpickler):
         if tag != "distbridge.tensor" or not isinstance(dtype, torch.dtype):
             raise pickle.UnpicklingError(f"Unknown persistent id {pid!r}.")
         if isinstance(index, bytes):  # in band: the bytes themselves
-            flat = torch.frombuffer(bytearray(index), dtype=torch.uint8) if index else _NO_BYTES
-            return from_bytes(flat, dtype, tuple(shape))
-        made = self._made.get(index)
-        if made is None:
-            raw = self._tensors[index]
-            flat = torch.frombuffer(raw, dtype=torch.uint8) if raw.nbytes else _NO_BYTES
-            made = self._made[index] = from_bytes(flat, dtype, tuple(shape))
-        return made
+            return _tensor(bytearray(index), dtype, shape)
+        if index not in self._made:  # a tensor met twice comes back as one
+            self._made[index] = _tensor(self._tensors[index], dtype, shape)
+        return self._made[index]
+
+
+def _tensor(raw: bytearray | memoryview, dtype: torch.dtype, shape: Any) -> torch.Tensor:
+    """The tensor whose bytes are ``raw`` (shared, not copied)."""
+    flat = torch.frombuffer(raw, dtype=torch.uint8) if len(raw) else _NO_BYTES
+    return from_bytes(flat, dtype, tuple(shape))
 
 
 def dumps(obj: Any) -> bytes:
@@ -166,12 +163,18 @@ def encode_frame(obj: Any, serializer: Serializer | None) -> Frame:
     return Frame(parts, len(tensors))
 
 
+def _layout(lengths: list[int]) -> tuple[list[int], int]:
+    """Where each part of a frame whose parts have ``lengths`` starts, and the frame's size."""
+    starts, offset = [], _aligned(8 * (2 + len(lengths)))
+    for length in lengths:
+        starts.append(offset)
+        offset = _aligned(offset + length)
+    return starts, offset
+
+
 def frame_size(frame: Frame) -> int:
     """Bytes ``frame`` occupies."""
-    offset = _aligned(8 * (2 + len(frame.parts)))
-    for part in frame.parts:
-        offset = _aligned(offset + part.nbytes)
-    return offset
+    return _layout([p.nbytes for p in frame.parts])[1]
 
 
 def frame_into(frame: Frame, out: np.ndarray[Any, Any]) -> None:
@@ -179,10 +182,8 @@ def frame_into(frame: Frame, out: np.ndarray[Any, Any]) -> None:
     lengths = [p.nbytes for p in frame.parts]
     table = np.array([len(frame.parts), frame.tensor_parts, *lengths], dtype="<i8")
     out[: table.nbytes] = table.view(np.uint8)
-    offset = _aligned(table.nbytes)
-    for part in frame.parts:
-        out[offset : offset + part.nbytes] = np.frombuffer(part, dtype=np.uint8)
-        offset = _aligned(offset + part.nbytes)
+    for part, start in zip(frame.parts, _layout(lengths)[0], strict=True):
+        out[start : start + part.nbytes] = np.frombuffer(part, dtype=np.uint8)
 
 
 def decode_frame(data: np.ndarray[Any, Any], serializer: Serializer | None) -> Any:
@@ -194,11 +195,7 @@ def decode_frame(data: np.ndarray[Any, Any], serializer: Serializer | None) -> A
             " a desynchronized job?"
         )
     lengths = data[16 : 8 * (2 + count)].view("<i8").tolist()
-    offset = _aligned(8 * (2 + count))
-    views: list[memoryview] = []
-    for length in lengths:
-        views.append(data[offset : offset + length].data)
-        offset = _aligned(offset + length)
+    views = [data[s : s + n].data for s, n in zip(_layout(lengths)[0], lengths, strict=True)]
     if serializer is not None:
         return serializer.loads(bytes(views[0]))
     first_tensor = count - tensor_parts

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
-from distbridge.algorithms import byte_view, carriers, codec
+from distbridge.algorithms import byte_view, carriers, codec, shape_rows
 from distbridge.algorithms.c10d_rules import backend_op
 from distbridge.algorithms.checks import check_dense, check_reducible
 from distbridge.algorithms.fold import fold
@@ -76,23 +76,26 @@ def _process_group(resolved: Any) -> Any:
     return dist.group.WORLD if resolved is None else resolved
 
 
-def _reduced(model: ModelContract, work: torch.Tensor, name: str, resolved: Any) -> torch.Tensor:
-    """``work`` (in a dtype the backend carries) all-reduced with canonical ``name``, as the
-    eager ``_reduce_placed`` does."""
+def _reduced(model: ModelContract, x: torch.Tensor, name: str, resolved: Any) -> torch.Tensor:
+    """``x`` all-reduced with canonical ``name`` as the eager path does it (through a carrier
+    where the backend lacks the dtype, folded where it lacks the op): a new tensor."""
+    work, back = carriers.reduction_carrier(x, name, model.uncarried_dtypes)
     pg = _process_group(resolved)
     engine_op = backend_op(model.backend(), work.dtype, name)  # the eager path's rule
-    if engine_op is None:  # fold, in rank order, as the eager path does
-        rows = funcol.all_gather_tensor(work.reshape(1, -1), 0, pg)
-        return fold(rows, name).view(work.shape)
     average = engine_op == "AVG" and not model.native_avg()
     sent = "SUM" if average else engine_op
-    if work.is_complex():  # part by part, as c10d does, from a stacked copy: inductor
+    if sent is None:  # fold, in rank order, as the eager path does
+        rows = funcol.all_gather_tensor(work.reshape(1, -1), 0, pg)
+        out = fold(rows, name).view(work.shape)
+    elif work.is_complex():  # part by part, as c10d does, from a stacked copy: inductor
         # re-places an all-reduce of view_as_real(work), of its clone() too, into the caller's
         parts = torch.stack((work.real, work.imag), dim=-1)
         out = torch.view_as_complex(funcol.all_reduce(parts, _FUNCOL_OPS[sent], pg).contiguous())
     else:
         out = funcol.all_reduce(work, _FUNCOL_OPS[sent], pg)
-    return divide_(out, model.group_size(resolved)) if average else out
+    if average:
+        out = divide_(out, model.group_size(resolved))
+    return out if back is None else back(out)
 
 
 def _as_bytes(model: ModelContract, dtype: torch.dtype) -> bool:
@@ -128,9 +131,7 @@ def all_reduce(model: ModelContract, x: torch.Tensor, op: str, group: Any) -> to
     resolved = _resolve(model, group)
     if resolved is _NOT_A_MEMBER:
         return x
-    work, back = carriers.reduction_carrier(x, name, model.uncarried_dtypes)
-    out = _reduced(model, work, name, resolved)
-    return _write(x, out if back is None else back(out))
+    return _write(x, _reduced(model, x, name, resolved))
 
 
 def reduce(model: ModelContract, x: torch.Tensor, dst: int, op: str, group: Any) -> Any:
@@ -141,11 +142,8 @@ def reduce(model: ModelContract, x: torch.Tensor, dst: int, op: str, group: Any)
     model.check_root("dst", dst, resolved)
     if resolved is _NOT_A_MEMBER:
         return x
-    work, back = carriers.reduction_carrier(x, name, model.uncarried_dtypes)
-    out = _reduced(model, work, name, resolved)
-    if model.get_rank() != dst:
-        return x
-    return _write(x, out if back is None else back(out))
+    out = _reduced(model, x, name, resolved)
+    return _write(x, out) if model.get_rank() == dst else x
 
 
 def all_gather(model: ModelContract, x: torch.Tensor, group: Any) -> torch.Tensor:
@@ -203,25 +201,22 @@ def scatter(model: ModelContract, tensors: Any, src: int, group: Any, out: Any) 
             f"exchange the shape first), got out={out!r}: pass "
             "out=torch.empty(shape, dtype=dtype) on every rank."
         )
-    like = out
     if is_src and (not isinstance(tensors, (list, tuple)) or len(tensors) != size):
         raise ValueError(
             f"scatter needs a list of {size} tensors on the source rank, got {tensors!r}."
         )
-    n = like.numel()
     root = src if resolved is None else dist.get_group_rank(resolved, src)
     if is_src:
         sent = torch.cat([_sendable(model, t.reshape(-1)) for t in tensors])
     else:
-        sent = _sendable(model, like.reshape(-1))[:0]
-    in_bytes = _as_bytes(model, like.dtype)
-    width = like.dtype.itemsize if in_bytes else 1
-    ins = [n * width] * size if is_src else [0] * size
-    outs = [n * width if j == root else 0 for j in range(size)]
+        sent = _sendable(model, out.reshape(-1))[:0]
+    in_bytes = _as_bytes(model, out.dtype)
+    n = out.numel() * (out.dtype.itemsize if in_bytes else 1)
+    ins = [n if is_src else 0] * size
+    outs = [n if j == root else 0 for j in range(size)]
     got = funcol.all_to_all_single(sent, outs, ins, _process_group(resolved))
-    got = byte_view.from_bytes(got, like.dtype, tuple(like.shape)) if in_bytes else got
-    got = got.view(like.shape)
-    return _write(out, got)
+    got = byte_view.from_bytes(got, out.dtype, tuple(out.shape)) if in_bytes else got
+    return _write(out, got.view(out.shape))
 
 
 def reduce_scatter(model: ModelContract, x: torch.Tensor, op: str, group: Any) -> Any:
@@ -232,15 +227,9 @@ def reduce_scatter(model: ModelContract, x: torch.Tensor, op: str, group: Any) -
     if resolved is _NOT_A_MEMBER:
         return x
     size = model.group_size(resolved)
-    if x.dim() == 0 or x.shape[0] % size:
-        raise ValueError(
-            f"reduce_scatter needs dim 0 to split into {size} equal chunks, got shape "
-            f"{tuple(x.shape)}."
-        )
-    work, back = carriers.reduction_carrier(x, name, model.uncarried_dtypes)
-    out = _reduced(model, work, name, resolved)  # one all-reduce: exact for every dtype and op
-    chunk = out.chunk(size)[model.group_rank(resolved)]
-    return (chunk if back is None else back(chunk)).clone()
+    shape_rows.check_equal_chunks("reduce_scatter", x, size, "")
+    out = _reduced(model, x, name, resolved)  # one all-reduce: exact for every dtype and op
+    return out.chunk(size)[model.group_rank(resolved)].clone()
 
 
 def all_to_all(model: ModelContract, tensors: Any, group: Any) -> list[torch.Tensor] | torch.Tensor:
@@ -252,11 +241,8 @@ def all_to_all(model: ModelContract, tensors: Any, group: Any) -> list[torch.Ten
         return tensors if single else list(tensors)
     size = model.group_size(resolved)
     x = tensors if single else torch.stack(list(tensors))
-    if single and (x.dim() == 0 or x.shape[0] % size):
-        raise ValueError(
-            f"all_to_all of one tensor needs dim 0 to split into {size} equal chunks, got "
-            f"shape {tuple(x.shape)}."
-        )
+    if single:
+        shape_rows.check_equal_chunks("all_to_all of one tensor", x, size, "")
     sent = _sendable(model, x)
     got = funcol.all_to_all_single(sent, None, None, _process_group(resolved))
     if _as_bytes(model, x.dtype):

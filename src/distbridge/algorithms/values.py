@@ -26,7 +26,6 @@ __all__ = ["broadcast_value", "gather_values"]
 _WORDS = 8  # header: kind, field a, field b, 5 words (40 bytes) of inline payload
 _INLINE = 8 * (_WORDS - 3)
 _SEND_FAILED = 0  # header kind: the sender could not encode its value (field a: which error)
-_FAILURES: tuple[type[Exception], ...] = (TypeError, ValueError)  # field a indexes this
 _TEXT_KINDS = (codec.KIND_STR, codec.KIND_PATH)
 
 
@@ -39,33 +38,21 @@ def _header(model: ModelContract, kind: int, a: int = 0, b: int = 0, inline: byt
 
 
 def _inline_bytes(row: np.ndarray[Any, Any], length: int) -> bytes:
-    return bytes(row[3:].view(np.uint8)[:length].tobytes())
+    return row[3:].view(np.uint8)[:length].tobytes()
 
 
-def _bytes_tensor(model: ModelContract, data: bytes | int) -> torch.Tensor:
-    device = model.collective_device()
-    if isinstance(data, int):
-        return torch.empty(data, dtype=torch.uint8, device=device)
-    if not data:
-        return torch.empty(0, dtype=torch.uint8, device=device)
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
-
-
-def _to_bytes(tensor: torch.Tensor) -> bytes:
-    return bytes(tensor.cpu().numpy().tobytes())
-
-
-def _encode(value: Any) -> tuple[int, int, int, bytes]:
-    """Kind, fields and payload of a value to broadcast; TypeError / ValueError if it cannot go."""
-    if isinstance(value, torch.Tensor):
+def _encode(value: Any, objects: bool) -> tuple[int, int, int, bytes]:
+    """Kind, fields and payload of a value to send; TypeError / ValueError if it cannot go.
+    ``objects``: other values go pickled (a gather), else only a broadcast's tensors do."""
+    if isinstance(value, torch.Tensor) and not objects:
         if value.layout != torch.strided:
             raise TypeError(f"broadcast needs a dense (strided) tensor, got {value.layout}.")
         return codec.KIND_TENSOR, codec.dtype_code(value.dtype), value.dim(), b""
     kind = codec.kind_of(value)
     if kind in codec.NUMBER_KINDS:
         return kind, codec.encode_number(value, kind), 0, b""
-    if kind in _TEXT_KINDS:
-        payload = str(value).encode("utf-8")
+    if kind in _TEXT_KINDS or objects:
+        payload = str(value).encode("utf-8") if kind in _TEXT_KINDS else object_frames.dumps(value)
         return kind, len(payload), 0, payload
     raise TypeError(
         f"Unhandled input type {type(value).__name__}: broadcast takes a tensor, a number, a "
@@ -85,7 +72,7 @@ def broadcast_value(model: ModelContract, value: Any, src: int, group: Any) -> A
     kind, a, b, payload = _SEND_FAILED, 0, 0, b""
     if is_src:
         try:
-            kind, a, b, payload = _encode(value)
+            kind, a, b, payload = _encode(value, objects=False)
         except (TypeError, ValueError) as err:
             failure = err
             a = _failure_code(err)
@@ -98,7 +85,7 @@ def broadcast_value(model: ModelContract, value: Any, src: int, group: Any) -> A
     if failure is not None:
         raise failure
     if kind == _SEND_FAILED:  # the source's own error type, so every rank raises alike
-        error = _failure_type(a)
+        error = ValueError if a else TypeError
         raise error(
             f"Unhandled input type on the source rank {src}: broadcast could not send its value "
             "(see its error)."  # ignite's words, as ignite raises them on every rank
@@ -111,8 +98,12 @@ def broadcast_value(model: ModelContract, value: Any, src: int, group: Any) -> A
         if a <= _INLINE:
             payload = _inline_bytes(row, a)
         else:
-            data = _bytes_tensor(model, payload if is_src else a)
-            payload = _to_bytes(model.do_broadcast(data, src, group))
+            if is_src:
+                data = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+            else:
+                data = torch.empty(a, dtype=torch.uint8)
+            sent = model.do_broadcast(data.to(model.collective_device()), src, group)
+            payload = sent.cpu().numpy().tobytes()
         text = payload.decode("utf-8")
         return text if kind == codec.KIND_STR else codec.decode_path(text)
     if kind == codec.KIND_TENSOR:
@@ -143,7 +134,7 @@ def gather_values(model: ModelContract, value: Any, group: Any) -> list[Any]:
     """All-gather non-tensor values; each comes back with its sender's exact type."""
     failure: Exception | None = None
     try:
-        kind, second, payload = _encode_gathered(value)
+        kind, second, _, payload = _encode(value, objects=True)
     except Exception as err:  # an int past 64 bits, or whatever pickle raises
         failure, kind, second, payload = err, _SEND_FAILED, _failure_code(err), b""
     inline = payload if len(payload) <= _INLINE else b""
@@ -173,23 +164,10 @@ def gather_values(model: ModelContract, value: Any, group: Any) -> list[Any]:
     return out
 
 
-def _encode_gathered(value: Any) -> tuple[int, int, bytes]:
-    """Kind, header field and payload of a value to gather; raises if it cannot go."""
-    kind = codec.kind_of(value)
-    if kind in codec.NUMBER_KINDS:
-        return kind, codec.encode_number(value, kind), b""
-    text = kind in _TEXT_KINDS
-    payload = str(value).encode("utf-8") if text else object_frames.dumps(value)
-    return kind, len(payload), payload
-
-
 def _failure_code(err: Exception) -> int:
-    """The index in ``_FAILURES`` of the error the other ranks raise for ``err``."""
-    return _FAILURES.index(ValueError if isinstance(err, ValueError) else TypeError)
-
-
-def _failure_type(code: int) -> type[Exception]:
-    return _FAILURES[code] if 0 <= code < len(_FAILURES) else ValueError
+    """What a failed sender puts in its header: 1 where the others raise ValueError, 0 for
+    TypeError."""
+    return int(isinstance(err, ValueError))
 
 
 def _raise_if_failed(header: list[tuple[int, int]], failure: Exception | None) -> None:
@@ -203,7 +181,7 @@ def _raise_if_failed(header: list[tuple[int, int]], failure: Exception | None) -
         ) from failure
     failed = [(r, code) for r, (k, code) in enumerate(header) if k == _SEND_FAILED]
     if failed:
-        raise _failure_type(failed[0][1])(
+        raise (ValueError if failed[0][1] else TypeError)(
             f"Group rank(s) {[r for r, _ in failed]} could not send their value to the gather "
             "(see their error)."
         )
