@@ -12,6 +12,7 @@ __all__ = [
     "LaunchEnvironment",
     "Variables",
     "derived_port",
+    "detect_from",
     "master_addr",
     "master_port",
     "read_int",
@@ -105,6 +106,37 @@ def _refuse(variables: Variables, problem: str, rule: str, count: int) -> NoRetu
     raise ValueError(
         f"{problem} ({variables.family}): {rule}; fix {them}, or unset {them} if another "
         f"launch left {them} behind."
+    )
+
+
+def detect_from(
+    env: Mapping[str, str], launcher: str, variables: Variables, job: str | None = None
+) -> LaunchEnvironment | None:
+    """The place in the job that ``env`` gives through the variables ``variables.names`` maps
+    ``rank``, ``world_size``, ``local_rank`` and ``local_world_size`` to; None unless the rank
+    and the world size are set (this launcher did not start the process).
+
+    When every rank runs on this node (local world size == world size) the node is 0 of 1
+    and rank 0's address defaults to the loopback, else they are unknown; the port is
+    MASTER_PORT, else derived from ``launcher:job`` (``job``: the launcher's job id).
+    """
+    names = variables.names
+    rank, world_size = read_int(env, names["rank"]), read_int(env, names["world_size"])
+    if rank is None or world_size is None:
+        return None
+    local_size = read_int(env, names["local_world_size"])
+    one_node = local_size == world_size
+    return LaunchEnvironment(
+        launcher=launcher,
+        rank=rank,
+        world_size=world_size,
+        local_rank=read_int(env, names["local_rank"]),
+        local_world_size=local_size,
+        node_rank=0 if one_node else None,
+        nnodes=1 if one_node else None,
+        master_addr=master_addr(env, one_node=one_node),
+        master_port=master_port(env, f"{launcher}:{job}" if job else None),
+        variables=variables,
     )
 
 

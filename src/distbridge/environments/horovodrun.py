@@ -17,14 +17,9 @@ MPI environment instead.)
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
-from distbridge.environments.base import (
-    LaunchEnvironment,
-    Variables,
-    master_addr,
-    master_port,
-    read_int,
-)
+from distbridge.environments.base import LaunchEnvironment, Variables, detect_from, read_int
 
 __all__ = ["LAUNCHER", "detect"]
 
@@ -51,27 +46,13 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
         ...         "HOROVOD_CROSS_SIZE": "2"}).node_rank
         1
     """
-    rank = read_int(env, "HOROVOD_RANK")
-    world_size = read_int(env, "HOROVOD_SIZE")
-    if rank is None or world_size is None:
-        return None
-    local_size = read_int(env, "HOROVOD_LOCAL_SIZE")
-    cross_size = read_int(env, "HOROVOD_CROSS_SIZE")
-    even = (
-        local_size is not None and cross_size is not None and local_size * cross_size == world_size
-    )
-    one_node = local_size == world_size
     rendezvous = env.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
     job = f"{env.get('HOROVOD_GLOO_RENDEZVOUS_ADDR', '')}:{rendezvous}" if rendezvous else None
-    return LaunchEnvironment(
-        launcher=LAUNCHER,
-        rank=rank,
-        world_size=world_size,
-        local_rank=read_int(env, "HOROVOD_LOCAL_RANK"),
-        local_world_size=local_size,
-        node_rank=read_int(env, "HOROVOD_CROSS_RANK") if even else None,
-        nnodes=cross_size if even else None,
-        master_addr=master_addr(env, one_node=one_node),
-        master_port=master_port(env, f"{LAUNCHER}:{job}" if job else None),
-        variables=_VARIABLES,
-    )
+    found = detect_from(env, LAUNCHER, _VARIABLES, job)
+    if found is None:
+        return None
+    local_size, cross_size = found.local_world_size, read_int(env, "HOROVOD_CROSS_SIZE")
+    if local_size and cross_size and local_size * cross_size == found.world_size:
+        # every host runs as many ranks: the cross rank and size are the host's index and count
+        return replace(found, node_rank=read_int(env, "HOROVOD_CROSS_RANK"), nnodes=cross_size)
+    return found

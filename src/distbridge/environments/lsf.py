@@ -19,8 +19,9 @@ of the allocation with its slot count) in the job. A batch shell without ``jsrun
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
-from distbridge.environments.base import LaunchEnvironment, Variables, master_port, read_int
+from distbridge.environments.base import LaunchEnvironment, Variables, detect_from
 
 __all__ = ["LAUNCHER", "compute_hosts", "detect"]
 
@@ -46,26 +47,11 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
         ...         "LSB_MCPU_HOSTS": "batch1 1 a01n01 42 a01n02 42"}).master_addr
         'a01n01'
     """
-    rank = read_int(env, "JSM_NAMESPACE_RANK")
-    world_size = read_int(env, "JSM_NAMESPACE_SIZE")
-    if rank is None or world_size is None:
+    found = detect_from(env, LAUNCHER, _VARIABLES, env.get("LSB_JOBID"))
+    if found is None:
         return None
-    local_size = read_int(env, "JSM_NAMESPACE_LOCAL_SIZE")
-    one_node = local_size == world_size
     hosts = compute_hosts(env.get("LSB_MCPU_HOSTS", ""))
-    job = env.get("LSB_JOBID")
-    return LaunchEnvironment(
-        launcher=LAUNCHER,
-        rank=rank,
-        world_size=world_size,
-        local_rank=read_int(env, "JSM_NAMESPACE_LOCAL_RANK"),
-        local_world_size=local_size,
-        node_rank=0 if one_node else None,
-        nnodes=1 if one_node else None,
-        master_addr=env.get("MASTER_ADDR") or (hosts[0] if hosts else None),
-        master_port=master_port(env, f"{LAUNCHER}:{job}" if job else None),
-        variables=_VARIABLES,
-    )
+    return replace(found, master_addr=env.get("MASTER_ADDR") or (hosts[0] if hosts else None))
 
 
 def compute_hosts(mcpu_hosts: str) -> list[str]:

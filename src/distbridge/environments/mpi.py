@@ -18,14 +18,9 @@ says to export it. The port is ``MASTER_PORT`` when exported, else derived from 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
-from distbridge.environments.base import (
-    LaunchEnvironment,
-    Variables,
-    master_addr,
-    master_port,
-    read_int,
-)
+from distbridge.environments.base import LaunchEnvironment, Variables, detect_from, read_int
 
 __all__ = ["LAUNCHER", "detect"]
 
@@ -51,27 +46,12 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
         ...         "OMPI_MCA_ess_base_jobid": "164167681"}).master_addr
         '127.0.0.1'
     """
-    rank = read_int(env, "OMPI_COMM_WORLD_RANK")
-    world_size = read_int(env, "OMPI_COMM_WORLD_SIZE")
-    if rank is None or world_size is None:
-        return None
-    local_size = read_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE")
-    one_node = local_size == world_size
-    nnodes = 1 if one_node else read_int(env, "OMPI_MCA_orte_num_nodes")
     job = env.get("OMPI_MCA_ess_base_jobid") or env.get("PMIX_NAMESPACE")
-    return LaunchEnvironment(
-        launcher=LAUNCHER,
-        rank=rank,
-        world_size=world_size,
-        local_rank=read_int(env, "OMPI_COMM_WORLD_LOCAL_RANK"),
-        local_world_size=local_size,
-        node_rank=0 if one_node else None,
-        nnodes=nnodes,
-        master_addr=master_addr(env, one_node=one_node),
-        master_port=master_port(env, f"{LAUNCHER}:{job}" if job else None),
-        node_id=_daemon(env),
-        variables=_VARIABLES,
-    )
+    found = detect_from(env, LAUNCHER, _VARIABLES, job)
+    if found is None:
+        return None
+    nnodes = found.nnodes or read_int(env, "OMPI_MCA_orte_num_nodes")
+    return replace(found, nnodes=nnodes, node_id=_daemon(env))
 
 
 def _daemon(env: Mapping[str, str]) -> str | None:

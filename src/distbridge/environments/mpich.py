@@ -19,23 +19,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from distbridge.environments.base import (
-    LaunchEnvironment,
-    Variables,
-    master_addr,
-    master_port,
-    read_int,
-)
+from distbridge.environments.base import LaunchEnvironment, Variables, detect_from, read_int
 
 __all__ = ["LAUNCHER", "detect"]
 
 LAUNCHER = "mpich"
 
-_NAMES = (  # (rank, size, local rank, local size, whose), first match wins
-    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "MPICH / PMI variables"),
-    ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",
-     "MV2_COMM_WORLD_LOCAL_SIZE", "MVAPICH2 variables"),
-)  # fmt: skip
+_VARIABLES = (  # first match wins
+    Variables(
+        "MPICH / PMI variables",
+        {
+            "rank": "PMI_RANK",
+            "world_size": "PMI_SIZE",
+            "local_rank": "MPI_LOCALRANKID",
+            "local_world_size": "MPI_LOCALNRANKS",
+        },
+    ),
+    Variables(
+        "MVAPICH2 variables",
+        {
+            "rank": "MV2_COMM_WORLD_RANK",
+            "world_size": "MV2_COMM_WORLD_SIZE",
+            "local_rank": "MV2_COMM_WORLD_LOCAL_RANK",
+            "local_world_size": "MV2_COMM_WORLD_LOCAL_SIZE",
+        },
+    ),
+)
 
 
 def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
@@ -45,35 +54,11 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
         >>> detect({"PMI_RANK": "3", "PMI_SIZE": "4"}).rank
         3
     """
-    for rank_key, size_key, local_key, local_size_key, family in _NAMES:
-        rank = read_int(env, rank_key)
-        world_size = read_int(env, size_key)
-        if rank is None or world_size is None:
-            continue
-        if rank_key == "PMI_RANK" and _srun_pmi(env, rank, world_size):
-            return None
-        local_size = read_int(env, local_size_key)
-        one_node = local_size == world_size
-        return LaunchEnvironment(
-            launcher=LAUNCHER,
-            rank=rank,
-            world_size=world_size,
-            local_rank=read_int(env, local_key),
-            local_world_size=local_size,
-            node_rank=0 if one_node else None,
-            nnodes=1 if one_node else None,
-            master_addr=master_addr(env, one_node=one_node),
-            master_port=master_port(env, None),
-            variables=Variables(
-                family,
-                {
-                    "rank": rank_key,
-                    "world_size": size_key,
-                    "local_rank": local_key,
-                    "local_world_size": local_size_key,
-                },
-            ),
-        )
+    for variables in _VARIABLES:
+        found = detect_from(env, LAUNCHER, variables)
+        if found is not None:
+            srun = variables is _VARIABLES[0] and _srun_pmi(env, found.rank, found.world_size)
+            return None if srun else found
     return None
 
 
