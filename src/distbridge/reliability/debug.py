@@ -29,9 +29,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from distbridge.algorithms import codec
-from distbridge.errors import CollectiveMismatch, PeerFailed
-from distbridge.reliability.fail_together import read_failure
+from distbridge.errors import CollectiveMismatch
 from distbridge.reliability.fingerprint import Fingerprint, call_site, describe
+from distbridge.reliability.timed_barrier import check_peers
 
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract
@@ -213,17 +213,10 @@ def _arrived(store: Any, keys: list[str], timeout: float, rank: int, where: str)
             store.wait(keys, timedelta(seconds=max(min(left, _NOTE_SECONDS), 0.001)))
             return True
         except RuntimeError:  # DistStoreError: this slice of the timeout ran out
-            note = read_failure(store)
-            if note is not None:
-                failed, summary = note
-                raise PeerFailed(
-                    failed,
-                    summary,
-                    f"Rank {rank} stopped in {where} because of it; rank {failed}'s own "
-                    "error says why.",
-                ) from None
-            if left <= _NOTE_SECONDS:
-                return False
+            pass
+        check_peers(store, rank, f"in {where}")
+        if left <= _NOTE_SECONDS:
+            return False
 
 
 def _decode(raw: Mapping[int, bytes]) -> dict[int, Fingerprint]:

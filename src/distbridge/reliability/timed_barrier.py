@@ -47,6 +47,7 @@ __all__ = [
     "abort_barrier",
     "check_barrier_options",
     "check_name",
+    "check_peers",
     "check_timeout",
     "dump_all_stacks",
     "make_timed_barriers",
@@ -138,6 +139,19 @@ class CompletedBarrier:
 
     def __repr__(self) -> str:
         return "CompletedBarrier()"
+
+
+def check_peers(store: Any, rank: int, doing: str) -> None:
+    """`PeerFailed` when a rank of the job left a failure note (see ``fail_together``): rank
+    ``rank`` stopped ``doing`` ("in all_reduce") because of it."""
+    note = read_failure(store)
+    if note is not None:
+        failed, summary = note
+        raise PeerFailed(
+            failed,
+            summary,
+            f"Rank {rank} stopped {doing} because of it; rank {failed}'s own error says why.",
+        )
 
 
 def _describe(name: str | None) -> str:
@@ -263,18 +277,6 @@ class StoreBarrier:
         except RuntimeError as err:
             raise self._unreachable(err, name) from err
 
-    def _check_peers(self, name: str | None) -> None:
-        """`PeerFailed` when a rank of the job left a failure note (see ``fail_together``)."""
-        note = read_failure(self._store)
-        if note is not None:
-            rank, summary = note
-            raise PeerFailed(
-                rank,
-                summary,
-                f"Rank {self._rank} stopped waiting in {_describe(name)} because of it; rank "
-                f"{rank}'s own error says why.",
-            )
-
     def _wait_done(
         self, key: str, members: tuple[int, ...], timeout: float, name: str | None
     ) -> bytes:
@@ -297,7 +299,7 @@ class StoreBarrier:
                     return bytes(self._store.get(done))
             except RuntimeError as err:
                 raise self._unreachable(err, name) from err
-            self._check_peers(name)
+            check_peers(self._store, self._rank, f"waiting in {_describe(name)}")
             now = time.monotonic()
             if now >= deadline:
                 missing = self._missing(key, members, name)

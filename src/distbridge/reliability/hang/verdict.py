@@ -153,6 +153,11 @@ def _line(site: str) -> str:
     return site.split(" in ", 1)[0]
 
 
+def _named(record: Record) -> str:
+    """``all_reduce #4 of the world (train.py:13)``."""
+    return f"{record.op} #{record.seq} of {group_text(record.group)} ({_line(record.site)})"
+
+
 def headline(message: str) -> str | None:
     """The verdict's line naming the rank at fault (``rank 2 of 3 is stuck at ...``) in an
     error's message, or None."""
@@ -302,8 +307,8 @@ def _mismatch(ledgers: _Ledgers) -> Verdict | None:
     return None
 
 
-def _behind_line(ledgers: _Ledgers, rank: int, group: Members | None, seq: int) -> str:
-    report = ledgers.reports.get(rank)
+def _behind_line(ledgers: _Ledgers, rank: int, group: Members | None) -> str:
+    report = ledgers.reports[rank]
     last = ledgers.last(group, rank)
     if last is None:
         line = f"rank {rank} did not reach it: it has called no collective of {group_text(group)}"
@@ -314,17 +319,12 @@ def _behind_line(ledgers: _Ledgers, rank: int, group: Members | None, seq: int) 
         )
     elsewhere = ledgers.waiting_elsewhere(rank, group)
     if elsewhere is not None:
-        line += (
-            f"; it is waiting in {elsewhere.op} #{elsewhere.seq} of "
-            f"{group_text(elsewhere.group)} ({_line(elsewhere.site)})"
-        )
-    if report is None or not report.answered:
-        asked = report is None or report.asked
-        note = "" if report is None else report.note
-        has_records = report is not None and bool(report.records)
-        if asked:
+        line += f"; it is waiting in {_named(elsewhere)}"
+    if not report.answered:
+        note = report.note
+        if report.asked:
             line += f"; it did not answer{f' ({note})' if note else ''}"
-            line += ", so this is the ledger it last published" if has_records else ""
+            line += ", so this is the ledger it last published" if report.records else ""
         else:
             line += f", as last published{'; ' + note if note else ''}"
     elif report.where:
@@ -337,10 +337,7 @@ def _culprit(ledgers: _Ledgers, rank: int, group: Members | None, who: str) -> s
     report = ledgers.reports[rank]
     elsewhere = ledgers.waiting_elsewhere(rank, group)
     if elsewhere is not None:
-        return (
-            f"{who} waits in {elsewhere.op} #{elsewhere.seq} of "
-            f"{group_text(elsewhere.group)} ({_line(elsewhere.site)})"
-        )
+        return f"{who} waits in {_named(elsewhere)}"
     if report.answered and report.where:
         return f"{who} is stuck at {report.where}"
     if report.note:
@@ -377,7 +374,7 @@ def _hang(ledgers: _Ledgers) -> Verdict | None:
             f"in {record.op} #{top}{where} ({_line(record.site)}).",
             f"Hang in {record.op} #{top} of {group_text(group)} ({_line(record.site)}): {how}.",
         ]
-        lines += [_behind_line(ledgers, rank, group, top) for rank in sorted(behind)]
+        lines += [_behind_line(ledgers, rank, group) for rank in sorted(behind)]
         return Verdict(
             "\n".join(lines), "hang", group, top, record.op, tuple(sorted(waiting)), behind
         )
@@ -406,15 +403,12 @@ def _silent_lines(ledgers: _Ledgers, silent: list[int], named: set[int]) -> list
     for rank in silent:
         if rank in named:
             continue
-        report = ledgers.reports.get(rank)
-        note = f" ({report.note})" if report is not None and report.note else ""
-        lasts = [ledgers.last(g, rank) for g in ledgers.groups()]
-        known = [r for r in lasts if r is not None]
+        note = f" ({ledgers.reports[rank].note})" if ledgers.reports[rank].note else ""
+        known = [last for g in ledgers.groups() if (last := ledgers.last(g, rank)) is not None]
         if known:
-            last = known[0]
             lines.append(
                 f"rank {rank} did not answer{note}; its last published collective was "
-                f"{last.op} #{last.seq} of {group_text(last.group)} ({_line(last.site)})."
+                f"{_named(known[0])}."
             )
         else:
             lines.append(f"rank {rank} did not answer{note} and left no ledger.")
