@@ -75,18 +75,32 @@ def _stat(pid: int) -> list[str] | None:
 def _started(pid: int) -> str | None:
     """When ``pid`` started (clock ticks since boot), which tells a reused pid apart."""
     fields = _stat(pid)
-    return fields[19] if fields is not None and len(fields) > 19 else None
+    return None if fields is None else fields[19]
+
+
+def _load(folder: str, pid: int) -> dict[str, Any] | None:
+    """The card of ``pid`` as written (JSON); None when it cannot be read."""
+    try:
+        with open(os.path.join(folder, f"{pid}.json"), encoding="utf-8") as data:
+            loaded = json.load(data)
+    except (OSError, ValueError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def _pids(folder: str) -> list[int]:
+    """The pids that have a card in ``folder``."""
+    with contextlib.suppress(OSError):
+        stems = [name.removesuffix(".json") for name in os.listdir(folder)]
+        return [int(stem) for stem in stems if stem.isdigit()]
+    return []
 
 
 def _stale(folder: str, pid: int) -> bool:
     """Whether the card of ``pid`` belongs to no live process (gone, or the pid reused)."""
     if not alive(pid):
         return True
-    try:
-        with open(os.path.join(folder, f"{pid}.json"), encoding="utf-8") as data:
-            started = json.load(data).get("started")
-    except (OSError, ValueError, AttributeError):
-        return False  # unreadable: left to its writer
+    started = (_load(folder, pid) or {}).get("started")  # unreadable: left to its writer
     now = _started(pid)
     return started is not None and now is not None and str(started) != now
 
@@ -94,11 +108,9 @@ def _stale(folder: str, pid: int) -> bool:
 def prune_cards() -> None:
     """Remove the stale cards (see the module): a job's first step, and every ``why``'s."""
     folder = card_dir()
-    with contextlib.suppress(OSError):
-        for name in os.listdir(folder):
-            stem = name.removesuffix(".json")
-            if stem.isdigit() and name.endswith(".json") and _stale(folder, int(stem)):
-                _remove(os.path.join(folder, name))
+    for pid in _pids(folder):
+        if _stale(folder, pid):
+            _remove(os.path.join(folder, f"{pid}.json"))
 
 
 def remove_cards(pids: Iterable[int]) -> None:
@@ -148,22 +160,19 @@ def write_card(store: Any, rank: int, world_size: int) -> str | None:
 
 
 def _read(folder: str, pid: int) -> JobCard | None:
-    path = os.path.join(folder, f"{pid}.json")
+    card = _load(folder, pid)
+    if card is None:
+        return None
     try:
-        with open(path, encoding="utf-8") as data:
-            loaded = json.load(data)
-        return JobCard(pid, int(loaded["rank"]), int(loaded["world_size"]), str(loaded["store"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        return JobCard(pid, int(card["rank"]), int(card["world_size"]), str(card["store"]))
+    except (KeyError, TypeError, ValueError):
         return None
 
 
 def _parent(pid: int) -> int | None:
     """The parent of ``pid`` (Linux ``/proc``); None where it cannot be read."""
     fields = _stat(pid)
-    try:
-        return None if fields is None else int(fields[1])
-    except (IndexError, ValueError):
-        return None
+    return None if fields is None else int(fields[1])
 
 
 def descends_from(pid: int, ancestor: int) -> bool:
@@ -192,14 +201,11 @@ def find_card(pid: int) -> JobCard:
     own = _read(folder, pid)
     if own is not None:
         return own
-    below: list[JobCard] = []
-    with contextlib.suppress(OSError):
-        for name in os.listdir(folder):
-            stem = name.removesuffix(".json")
-            if stem.isdigit() and alive(int(stem)) and descends_from(int(stem), pid):
-                card = _read(folder, int(stem))
-                if card is not None:
-                    below.append(card)
+    below = [
+        card
+        for other in _pids(folder)
+        if alive(other) and descends_from(other, pid) and (card := _read(folder, other))
+    ]
     if not below:
         raise FileNotFoundError(
             f"Process {pid} has no distbridge job card, nor any process below it (looked in "
