@@ -10,7 +10,6 @@ import pytest
 from distbridge.cli import where
 from distbridge.models._primitives import BackendPrimitives
 from distbridge.models.native.model import NativeModel
-from distbridge.models.surface import ModelSurface
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 
@@ -32,13 +31,13 @@ def test_a_cell_points_at_the_def_line() -> None:
 
 @pytest.mark.parametrize("name", where.PRIMITIVES)
 def test_every_row_is_a_hook_of_the_primitives(name: str) -> None:
-    assert any(callable(vars(base).get(name)) for base in (BackendPrimitives, ModelSurface))
+    assert any(callable(vars(base).get(name)) for base in (BackendPrimitives,))
 
 
 def test_every_hook_a_backend_may_override_has_a_row() -> None:
     """Every ``_`` hook of the base classes that some backend defines again, and the
     fail-together methods, have a row (the public queries and class methods do not)."""
-    bases = (BackendPrimitives, ModelSurface)
+    bases = (BackendPrimitives,)
     hooks = {n for base in bases for n, v in vars(base).items() if callable(v)}
     overridden = {
         name

@@ -118,3 +118,16 @@ def test_the_public_primitives_answer_as_the_hooks() -> None:
     out = torch.empty_like(x)
     model.do_all_gather_into(out, x, None)
     assert torch.equal(out, x)
+
+
+def test_every_model_is_at_most_three_classes_deep() -> None:
+    """A reader finds a model's code in at most three classes: the backend's own,
+    ``ComputationModel`` and ``BackendPrimitives`` (no mixins)."""
+    from distbridge.models.horovod.model import HorovodModel
+    from distbridge.models.native.model import NativeModel
+    from distbridge.models.xla.model import XlaModel
+
+    for model in (SerialModel, NativeModel, XlaModel, HorovodModel):
+        chain = [c.__name__ for c in model.__mro__ if c.__module__.startswith("distbridge")]
+        assert len(chain) <= 3, chain
+        assert chain[1:] == ["ComputationModel", "BackendPrimitives"], chain

@@ -17,7 +17,6 @@ from distbridge.models._primitives import BackendPrimitives
 from distbridge.models.horovod.model import HorovodModel
 from distbridge.models.native.model import NativeModel
 from distbridge.models.serial import SerialModel
-from distbridge.models.surface import ModelSurface
 from distbridge.models.xla.model import XlaModel
 
 __all__ = ["MODELS", "PRIMITIVES", "table", "update"]
@@ -66,7 +65,7 @@ START = (
 )
 END = "<!-- primitives: end -->"
 _SRC = Path(__file__).resolve().parents[1]  # src/distbridge
-_BASES = (BackendPrimitives, ModelSurface)  # where the defaults a backend may keep are
+_BASES = (BackendPrimitives,)  # where the defaults a backend may keep are
 
 
 def _def_line(function: Any) -> tuple[str, int]:

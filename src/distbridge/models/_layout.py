@@ -15,7 +15,6 @@ _CPU = torch.device("cpu")
 
 __all__ = [
     "Layout",
-    "LayoutQueries",
     "export_layout",
     "layout_from_env",
     "layout_from_store",
@@ -59,49 +58,6 @@ def visible_gpus() -> int:
     driver, whose first query would leave later forks of this process unable to use CUDA
     (``spawn`` counts the GPUs in the parent, before any worker starts)."""
     return torch.cuda.device_count()
-
-
-class LayoutQueries:
-    """The rank queries of a computation model, answered from its ``_layout``, and its
-    ``_device``, which follows the local rank on CUDA."""
-
-    _layout: Layout
-    _device: torch.device
-
-    def get_rank(self) -> int:
-        """This process's rank in the job."""
-        return self._layout.rank
-
-    def get_world_size(self) -> int:
-        """The number of processes in the job."""
-        return self._layout.world_size
-
-    def get_local_rank(self) -> int:
-        """This process's index on its machine."""
-        return self._layout.local_rank
-
-    def get_nproc_per_node(self) -> int:
-        """Processes per machine."""
-        return self._layout.nproc_per_node
-
-    def get_nnodes(self) -> int:
-        """Machines in the job."""
-        return self._layout.nnodes
-
-    def get_node_rank(self) -> int:
-        """This machine's index in the job."""
-        return self._layout.node_rank
-
-    def device(self) -> torch.device:
-        """The device this process computes on."""
-        return self._device
-
-    def set_local_rank(self, index: int) -> None:
-        """Take ``index`` as the local rank (and ``<accelerator>:<index>`` as the device on
-        an accelerator)."""
-        self._layout = self._layout.with_local_rank(index)
-        if self._device.type != "cpu":
-            self._device = torch.device(self._device.type, index)
 
 
 @overload

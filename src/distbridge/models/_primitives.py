@@ -1,37 +1,54 @@
-"""BackendPrimitives: what a computation model supplies, and the defaults it may keep.
+"""BackendPrimitives: the one interface between a backend and everything else.
 
-A backend implements the abstract methods here: how to find or create its context,
-where this process sits, and a handful of tensor primitives. Operations many backends
-lack (reduce, gather, scatter, reduce-scatter, all-to-all, in-place all-gather) have
-default emulations built on the required primitives; override them where the backend
-has the op. The algorithms and the reliability code call the same primitives under public
-names (``do_all_reduce`` for ``_do_all_reduce``, ``group_size`` for ``_group_size``...): that
-surface is the typed contract ``distbridge.model_contract.ModelContract``, and a backend
-overrides only the ``_`` hooks. The public algorithm built on all of this is
-``ComputationModel``.
+A backend implements the abstract methods here: how to find or create its context, and a
+handful of tensor primitives (the ``_do_*`` hooks and the group queries). Operations many
+backends lack (reduce, gather, scatter, reduce-scatter, all-to-all, in-place all-gather)
+have default emulations built on the required primitives; override them where the backend
+has the op. Where a process sits comes from ``_layout`` and ``_device``, which every model
+sets.
+
+The code below the models (algorithms, reliability, launch) uses a model only through the
+typed contract ``distbridge.model_contract.ModelContract``: the primitives under public
+names (``do_all_reduce`` for ``_do_all_reduce``...), the per-model state made here (group
+cache, ledger, fast paths, timed barriers, stack watcher), the tensor round trips, and
+failing together. A backend overrides only the ``_`` hooks. ``ComputationModel``
+(``models/base.py``) builds the public collectives on top.
+
+The module is longer than most because it is that whole interface, in one place.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import Any, ClassVar, Final, cast
 
 import torch
 from typing_extensions import Self
 
 from distbridge._types import SpawnResult
-from distbridge.algorithms import emulations
-from distbridge.reliability.timed_barrier import CompletedBarrier
+from distbridge.algorithms import byte_view, emulations
+from distbridge.algorithms.fast_path import FastPath
+from distbridge.algorithms.groups import GroupCache
+from distbridge.algorithms.in_place import write_back
+from distbridge.model_contract import ModelContract
+from distbridge.models._failing_together import FailingTogether
+from distbridge.models._layout import Layout
+from distbridge.reliability.hang.ledger import CollectiveLedger, Members
+from distbridge.reliability.hang.stacks import StackWatcher
+from distbridge.reliability.timed_barrier import (
+    CompletedBarrier,
+    StoreBarrier,
+    make_timed_barriers,
+)
 
-if TYPE_CHECKING:
-    from distbridge.model_contract import ModelContract
+__all__ = ["NOT_A_MEMBER", "BackendPrimitives"]
 
-__all__ = ["BackendPrimitives"]
+NOT_A_MEMBER: Final = GroupCache.NOT_A_MEMBER
 
 
 class BackendPrimitives(ABC):
-    """The part of a computation model that a backend supplies.
+    """What a backend supplies, and what every model gives the code below the models.
 
     Attributes:
         name: the ``model_name()`` string, e.g. ``"native-dist"``.
@@ -44,6 +61,11 @@ class BackendPrimitives(ABC):
             bit-exactly by the base class.
         reduce_ops: the reductions the model accepts (AVG is emulated unless
             ``_native_avg``).
+        groups: the group cache: ``group=`` arguments resolved, groups of ranks made once.
+        ledger: this rank's recent public collectives, per group (always on; read by the
+            hang verdict, see ``distbridge.reliability.hang.ledger``).
+        fast_all_to_all, fast_scatter, fast_gather: the kinds of tensor whose world
+            collective passed every check once (``algorithms/fast_path.py``).
     """
 
     name: ClassVar[str]
@@ -126,6 +148,20 @@ class BackendPrimitives(ABC):
                 f"takes {', '.join(cls.spawn_options) or 'none'}."
             )
 
+    _layout: Layout  # where this process sits; set by every model
+    _device: torch.device  # the device it computes on
+    #: the fail-together part, where the model has one (see ``fails_together``)
+    _together: FailingTogether | None = None
+
+    def __init__(self) -> None:
+        self.groups = GroupCache(self)
+        self.ledger = CollectiveLedger(self._ledger_members)
+        self._timed: StoreBarrier | None = None  # made at the first timed_barriers()
+        self._stack_watcher: StackWatcher | None = None  # made with them
+        self.fast_all_to_all = FastPath()  # one-tensor world all_to_alls
+        self.fast_scatter = FastPath()  # the out= of world scatters
+        self.fast_gather = FastPath()  # world gathers with same_shape
+
     # ---- instance: where am I --------------------------------------------------------------
 
     @abstractmethod
@@ -136,37 +172,40 @@ class BackendPrimitives(ABC):
     def backend(self) -> str | None:
         """The backend string, None for the serial model."""
 
-    @abstractmethod
     def get_rank(self) -> int:
         """This process's rank in the job."""
+        return self._layout.rank
 
-    @abstractmethod
     def get_world_size(self) -> int:
         """The number of processes in the job."""
+        return self._layout.world_size
 
-    @abstractmethod
     def get_local_rank(self) -> int:
         """This process's index on its machine."""
+        return self._layout.local_rank
 
-    @abstractmethod
     def get_nproc_per_node(self) -> int:
         """Processes per machine."""
+        return self._layout.nproc_per_node
 
-    @abstractmethod
     def get_nnodes(self) -> int:
         """Machines in the job."""
+        return self._layout.nnodes
 
-    @abstractmethod
     def get_node_rank(self) -> int:
         """This machine's index in the job."""
+        return self._layout.node_rank
 
-    @abstractmethod
     def device(self) -> torch.device:
         """The device this process computes on."""
+        return self._device
 
     def set_local_rank(self, index: int) -> None:
-        """Override the local rank this model reports (``idist.set_local_rank``)."""
-        raise NotImplementedError(f"{type(self).__name__} does not take a local rank hint.")
+        """Take ``index`` as the local rank (and ``<accelerator>:<index>`` as the device on
+        an accelerator): ``idist.set_local_rank``."""
+        self._layout = self._layout.with_local_rank(index)
+        if self._device.type != "cpu":
+            self._device = torch.device(self._device.type, index)
 
     @abstractmethod
     def finalize(self) -> None:
@@ -245,7 +284,7 @@ class BackendPrimitives(ABC):
     def _contract(self) -> ModelContract:
         """This model as the algorithms take it: a `ComputationModel` is one (the
         emulations below run only on one)."""
-        return cast("ModelContract", self)
+        return cast(ModelContract, self)
 
     def _do_reduce(self, tensor: torch.Tensor, dst: int, op: str, group: Any) -> torch.Tensor:
         """Reduce onto global rank ``dst``; the result only matters there. Default: all-reduce."""
@@ -402,3 +441,124 @@ class BackendPrimitives(ABC):
     def do_all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor, group: Any) -> None:
         """The backend's all-gather of ``tensor`` into ``out`` (or its emulation)."""
         self._do_all_gather_into(out, tensor, group)
+
+    # ---- the rest of the contract: state, round trips, failing together ---------------------
+
+    @abstractmethod
+    def all_reduce(self, x: Any, op: str = "SUM", group: Any = None) -> Any:
+        """The public all-reduce (``ComputationModel``'s), which the algorithms call to
+        reduce a Python number."""
+
+    def timed_barriers(self) -> StoreBarrier | None:
+        """This model's timed barriers over its coordination store (None without one), made
+        with the stack watcher beside them on first use, which must happen on every rank
+        alike (making the store may take a collective)."""
+        if self._timed is None:
+            made = make_timed_barriers(self)
+            if made is not None:
+                self._timed, self._stack_watcher = made
+        return self._timed
+
+    @property
+    def stack_watcher(self) -> StackWatcher | None:
+        """Answers the other ranks' requests for this rank's stacks (None until the timed
+        barriers are made)."""
+        return self._stack_watcher
+
+    def _ledger_members(self, group: Any) -> Members | None:
+        """The ledger's key for ``group`` (not None): its global ranks, sorted; None when
+        this rank is not a member."""
+        if isinstance(group, list | tuple):
+            members = tuple(sorted({int(r) for r in group}))
+        else:
+            resolved = self.groups.resolve(group)
+            if resolved is NOT_A_MEMBER:
+                return None
+            members = tuple(sorted(self._group_members(resolved)))
+        return members if self.get_rank() in members else None
+
+    def to_placement(
+        self, tensor: torch.Tensor, device: torch.device | None = None
+    ) -> torch.Tensor:
+        """``tensor`` on the device the backend works on (``device`` when the caller asked
+        already), contiguous; itself when it is."""
+        if device is None:
+            device = self._placement(tensor)
+        if tensor.device == device and tensor.is_contiguous():
+            return tensor
+        return tensor.to(device).contiguous()
+
+    def gather_tensor(self, x: torch.Tensor, group: Any) -> torch.Tensor:
+        """All-gather of tensor ``x`` (dim 0, same shape everywhere), carried as its bytes
+        where the backend lacks its dtype, returned on ``x``'s device."""
+        work = self.to_placement(x)
+        if work.dtype in self.uncarried_dtypes:
+            raw = self._do_all_gather(byte_view.as_bytes(work), group)
+            rows = self._group_size(group) * work.shape[0]
+            out = byte_view.from_bytes(raw, work.dtype, (rows, *work.shape[1:]))
+        else:
+            out = self._do_all_gather(work, group)
+        return out if out.device == x.device else out.to(x.device)
+
+    def broadcast_tensor(self, x: torch.Tensor, src: int, group: Any) -> torch.Tensor:
+        """Broadcast of tensor ``x`` from global rank ``src``, written into ``x`` on the
+        other ranks (carried as its bytes where the backend lacks its dtype)."""
+        work = self.to_placement(x)
+        if work.dtype in self.uncarried_dtypes:
+            self._do_broadcast(byte_view.as_bytes(work), src, group)  # fills work in place
+            out = work
+        else:
+            out = self._do_broadcast(work, src, group)
+        # The source keeps its tensor as it is: it may be read-only (expanded, stride 0).
+        return x if self.get_rank() == src else write_back(x, out)
+
+    def check_root(self, name: str, root: object, group: Any) -> None:
+        """Validate a source / destination global rank (``src``, ``dst``) for ``group``."""
+        if not isinstance(root, int) or isinstance(root, bool):
+            raise TypeError(f"{name} must be an int rank, got {root!r}.")
+        world = self.get_world_size()
+        if not 0 <= root < world:
+            raise ValueError(f"{name}={root} is not a rank of this world of size {world}.")
+        if group is not None and group is not NOT_A_MEMBER:
+            members = self._group_members(group)
+            if root not in members:
+                raise ValueError(f"{name}={root} is not a member of the group {list(members)}.")
+
+    # ---- failing together (``reliability/fail_together.py``): the native and Horovod models
+
+    #: whether this model takes part; without it, the four methods below answer "nothing"
+    fails_together: ClassVar[bool] = False
+
+    def abort_communicator(self) -> None:
+        """End this rank's part of the communicator, so that the peers' collectives fail."""
+        return
+
+    def known_failure(self) -> tuple[int, str] | None:
+        """The failure note this rank's watcher has already read, if any."""
+        together = self._together
+        return None if together is None else together.known_failure()
+
+    def failure_store(self) -> Any | None:
+        """The store that holds the job's failure note (any view of it), if there is one."""
+        together = self._together
+        return None if together is None else together.store_of()
+
+    def hang_verdict(self, notes: Mapping[int, str], wait: float) -> str | None:
+        """The verdict from every rank's ledger, asked through the store for up to ``wait``
+        seconds (``notes``: rank -> why it cannot answer); None without one."""
+        together = self._together
+        return None if together is None else together.verdict(notes, wait)
+
+    def interpose(self, name: str, call: Callable[..., Any] | None) -> None:
+        """Hand this model's public collective ``name`` to ``call`` (an instance attribute
+        over the class's method, so the facade's calls reach it); None: the class's method
+        again. ``distbridge.testing``'s layers use it; without one nothing is on the path."""
+        if call is None:
+            self.__dict__.pop(name, None)
+        else:
+            setattr(self, name, call)
+
+    def interposed(self, name: str) -> Callable[..., Any] | None:
+        """What `interpose` put over the public collective ``name``, if anything."""
+        call: Callable[..., Any] | None = self.__dict__.get(name)
+        return call

@@ -39,7 +39,7 @@ from distbridge.algorithms import (
 from distbridge.algorithms.checks import check_dense, check_reducible
 from distbridge.algorithms.in_place import divide_, write_back
 from distbridge.algorithms.object_frames import Serializer
-from distbridge.models.surface import NOT_A_MEMBER, ModelSurface
+from distbridge.models._primitives import NOT_A_MEMBER, BackendPrimitives
 from distbridge.reliability import debug, fail_together
 from distbridge.reliability.hang.ledger import Entry
 from distbridge.reliability.timed_barrier import (
@@ -161,12 +161,12 @@ def collective(op: str, x_at: int, group_at: int) -> Callable[[_Method], _Method
     return decorate
 
 
-class ComputationModel(ModelSurface):
+class ComputationModel(BackendPrimitives):
     """A distributed backend: the public algorithm of every collective, written once.
 
     Subclass it, implement the abstract methods of ``BackendPrimitives`` and register
     the class to add a backend. Everything here is the same for every backend; what the
-    code below the models may use of it is ``ModelSurface``'s (``models/surface.py``).
+    code below the models may use of it is ``ModelContract``'s.
     """
 
     def __init__(self) -> None:

@@ -102,13 +102,8 @@ class SerialModel(ComputationModel):
         # first use, not here: this model is made at import, and on a CUDA machine the first
         # driver query makes every later fork of the process unable to use CUDA (the warm
         # starter forks its workers from a process that has imported distbridge).
-        self._device: torch.device | None = None
-        layout, refusal = _launched()
-        # Plain attributes: get_rank() is on logging's hot path.
-        self._rank, self._world_size = layout.rank, layout.world_size
-        self._local_rank, self._nproc_per_node = layout.local_rank, layout.nproc_per_node
-        self._nnodes, self._node_rank = layout.nnodes, layout.node_rank
-        self._refusal = refusal
+        self._local_device: torch.device | None = None
+        self._layout, self._refusal = _launched()
 
     @classmethod
     @override
@@ -158,34 +153,10 @@ class SerialModel(ComputationModel):
         return None
 
     @override
-    def get_rank(self) -> int:
-        return self._rank
-
-    @override
-    def get_world_size(self) -> int:
-        return self._world_size
-
-    @override
-    def get_local_rank(self) -> int:
-        return self._local_rank
-
-    @override
-    def get_nproc_per_node(self) -> int:
-        return self._nproc_per_node
-
-    @override
-    def get_nnodes(self) -> int:
-        return self._nnodes
-
-    @override
-    def get_node_rank(self) -> int:
-        return self._node_rank
-
-    @override
     def device(self) -> torch.device:
-        if self._device is None:
-            self._device = local_device()
-        return self._device
+        if self._local_device is None:
+            self._local_device = local_device()
+        return self._local_device
 
     @override
     def set_local_rank(self, index: int) -> None:
@@ -292,12 +263,12 @@ class SerialModel(ComputationModel):
 
     @override
     def _group_size(self, group: Any) -> int:
-        return self._world_size if group is None else 1
+        return self._layout.world_size if group is None else 1
 
     @override
     def _group_rank(self, group: Any) -> int:
-        return self._rank if group is None else 0
+        return self._layout.rank if group is None else 0
 
     @override
     def _group_members(self, group: Any) -> tuple[int, ...]:
-        return tuple(range(self._world_size)) if group is None else (0,)
+        return tuple(range(self._layout.world_size)) if group is None else (0,)

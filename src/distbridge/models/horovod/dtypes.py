@@ -1,4 +1,5 @@
-"""What Horovod moves and reduces itself, and how the other dtypes travel: as rows of bytes.
+"""What Horovod moves and reduces itself, and how the other dtypes travel: as rows of bytes;
+and what its ADASUM reduction takes.
 
 Horovod's collectives take a handful of dtypes; a tensor of any other dtype goes as its raw
 bytes, one row per entry of dim 0 (so ragged gathers and all-to-all splits still count rows),
@@ -11,7 +12,7 @@ import torch
 
 from distbridge.algorithms import byte_view
 
-__all__ = ["HVD_OPS", "MOVED", "REDUCED", "WIDER", "as_received", "as_sent"]
+__all__ = ["HVD_OPS", "MOVED", "REDUCED", "WIDER", "as_received", "as_sent", "check_adasum"]
 
 #: dtypes Horovod reduces itself (CPU and CUDA).
 REDUCED = frozenset((torch.int32, torch.int64, torch.float16, torch.float32, torch.float64))
@@ -34,3 +35,26 @@ def as_received(out: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """What Horovod returned for ``as_sent(like)``, back in ``like``'s dtype and row shape
     (the number of rows may differ)."""
     return out if like.dtype in MOVED else byte_view.from_byte_rows(out, like)
+
+
+def check_adasum(dtype: torch.dtype, whole_world: bool, world_size: int, mpi: bool) -> None:
+    """Refuse an ADASUM all-reduce Horovod cannot run: of ``dtype``, on a group that is not
+    the ``whole_world``, in a world of ``world_size``, without its MPI controller (``mpi``)."""
+    if not (dtype.is_floating_point and dtype in REDUCED | {torch.bfloat16}):
+        raise TypeError(f"Reduction ADASUM needs a float or floating-point tensor, got {dtype}.")
+    if not whole_world:
+        raise NotImplementedError(
+            "all_reduce with op ADASUM cannot take a group: Horovod runs Adasum only on the "
+            "whole world. Drop group= or use op SUM."
+        )
+    if world_size & (world_size - 1):
+        raise NotImplementedError(
+            f"all_reduce with op ADASUM needs a power-of-two world size, got {world_size}: "
+            "Horovod supports no other. Use op SUM or AVG."
+        )
+    if not mpi:
+        raise NotImplementedError(
+            "all_reduce with op ADASUM needs Horovod's MPI controller on CPU, and this job "
+            "runs on Gloo: start it with `horovodrun --mpi` (Horovod built with MPI), or use "
+            "op SUM or AVG."
+        )

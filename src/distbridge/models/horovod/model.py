@@ -25,14 +25,16 @@ from distbridge.algorithms.groups import not_a_group
 from distbridge.errors import BackendUnavailableError, DistributedError
 from distbridge.launch.horovod import spawn_horovod
 from distbridge.models._engine_state import engines
-from distbridge.models._layout import Layout, LayoutQueries, visible_gpus
+from distbridge.models._failing_together import FailingTogether
+from distbridge.models._layout import Layout, visible_gpus
 from distbridge.models.base import ComputationModel
 from distbridge.models.horovod import dtypes as hvd_dtypes
-from distbridge.models.horovod.alltoall import HorovodAllToAll
-from distbridge.models.horovod.failure import HorovodFailTogether
+from distbridge.models.horovod.alltoall import alltoall
 from distbridge.models.horovod.runtime import (
+    DYNAMIC_VAR,
     environ,
     hvd_module,
+    init_environ,
     mpi_outlives_shutdown,
     unavailable,
 )
@@ -42,12 +44,11 @@ from distbridge.reliability.debug import debug_flag
 __all__ = ["HorovodModel"]
 
 _CPU = torch.device("cpu")
-_DYNAMIC_VAR = "HOROVOD_DYNAMIC_PROCESS_SETS"
 _INIT_KWARGS = ("comm", "process_sets", "debug")
 SPAWN_OPTIONS = ("hosts", "nnodes", "node_rank", "job_timeout", "start_timeout", "verbose")
 
 
-class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, ComputationModel):
+class HorovodModel(ComputationModel):
     """Horovod: backend ``"horovod"``, model name ``"horovod-dist"``."""
 
     name: ClassVar[str] = "horovod-dist"
@@ -56,6 +57,7 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
     priority: ClassVar[int] = 20  # a Horovod job may also hold a torch process group
     spawn_options: ClassVar[tuple[str, ...]] = SPAWN_OPTIONS
     spawn_takes_activate: ClassVar[bool] = True
+    fails_together: ClassVar[bool] = True
     reduce_ops: ClassVar[frozenset[str]] = frozenset(
         ("SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "AVG", "ADASUM")
     )
@@ -135,7 +137,7 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
                 "starts MPI so that it outlives finalize()), or initialize only once."
             )
         mpi_outlives_shutdown(hvd)  # under mpirun: MPI started by mpi4py outlives shutdown
-        with environ(cls._init_environ()):  # read by hvd.init(), restored right after
+        with environ(init_environ()):  # read by hvd.init(), restored right after
             try:
                 hvd.init(comm=kwargs.get("comm"), process_sets=kwargs.get("process_sets"))
             except ValueError as err:
@@ -148,19 +150,19 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
         model._start_failing_together()  # a collective: every rank initializes here
         return model._set_debug(debug)
 
-    @classmethod
-    def _init_environ(cls) -> dict[str, str]:
-        """Variables for hvd.init(): dynamic process sets, so new_group() can add sets later;
-        under horovodrun's Gloo rendezvous also a host name new to each initialization in this
-        process, because the rendezvous server keeps the per-host keys of an earlier one (its
-        cleanup of finished scopes loses some), which would point a re-initialization at
-        closed ports. Every rank on a host initializes as often, so they agree on the name."""
-        values = {_DYNAMIC_VAR: "1"}
-        if os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR") and not os.environ.get("HOROVOD_ELASTIC"):
-            host = os.environ.get("HOROVOD_HOSTNAME", "localhost")
-            values["HOROVOD_HOSTNAME"] = f"{host}.distbridge{engines.horovod_initializations}"
-        engines.horovod_initializations += 1
-        return values
+    def _start_failing_together(self) -> None:
+        """Make the coordination store now (one broadcast: every rank calls this at the same
+        point), so that a rank that fails later has somewhere to leave its note; then let an
+        uncaught exception leave one and shut Horovod down, and watch for a peer's. A failing
+        rank's shutdown, which every rank's engine agrees on, is what ends the others'
+        collectives: Horovod errors with "Horovod has been shut down", and
+        `fail_together.peer_failure` names the rank from the note. A context adopted from
+        ``hvd.init()`` has no store from the start and keeps Horovod's own behaviour."""
+        if self.get_world_size() <= 1:
+            return
+        self._coordination_store()
+        self._together = FailingTogether(self._contract(), lambda: self._store)
+        self._together.start(self._hvd.shutdown)
 
     @classmethod
     @override
@@ -192,13 +194,21 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
     @override
     def finalize(self) -> None:
         current = self.is_current()
-        self._leave_job(current)  # before the shutdown: the peers learn why this rank left
+        if self._together is not None:  # before the shutdown: the peers learn why it left
+            self._together.leave(current)
         if current:
             if self._hvd.mpi_enabled() and not mpi_outlives_shutdown(self._hvd):
                 engines.mpi_finalized = True  # hvd.shutdown() ends MPI for this process
             self._hvd.shutdown()
         self.groups.clear()
         self._store = None
+
+    @override
+    def abort_communicator(self) -> None:
+        """Nothing to do: by the time a peer's failure shows here, Horovod's shutdown (which
+        every rank's engine agrees on) has already stopped this rank's engine. Shutting it
+        down here too would make ``hvd.is_initialized()`` false, and the facade would fall
+        back to the serial model for this rank's later calls."""
 
     # ---- primitives --------------------------------------------------------------------------
 
@@ -221,7 +231,9 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
     def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
         dtype = tensor.dtype
         if op == "ADASUM":
-            self._check_adasum(dtype, group)
+            world = self._layout.world_size
+            whole = group is None or self._group_size(group) == world
+            hvd_dtypes.check_adasum(dtype, whole, world, self._hvd.mpi_enabled())
         if op in ("AND", "OR"):
             if dtype is torch.bool:
                 wide = self._reduce(tensor.to(torch.int32), "MIN" if op == "AND" else "MAX", group)
@@ -250,29 +262,6 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
         name = f"distbridge.allreduce.{ps.process_set_id}"
         self._hvd.allreduce_(tensor, name=name, op=self._ops[op], process_set=ps)
         return tensor
-
-    def _check_adasum(self, dtype: torch.dtype, group: Any) -> None:
-        if not (dtype.is_floating_point and dtype in hvd_dtypes.REDUCED | {torch.bfloat16}):
-            raise TypeError(
-                f"Reduction ADASUM needs a float or floating-point tensor, got {dtype}."
-            )
-        if group is not None and self._group_size(group) != self._layout.world_size:
-            raise NotImplementedError(
-                "all_reduce with op ADASUM cannot take a group: Horovod runs Adasum only on the "
-                "whole world. Drop group= or use op SUM."
-            )
-        size = self._layout.world_size
-        if size & (size - 1):
-            raise NotImplementedError(
-                f"all_reduce with op ADASUM needs a power-of-two world size, got {size}: Horovod "
-                "supports no other. Use op SUM or AVG."
-            )
-        if not self._hvd.mpi_enabled():
-            raise NotImplementedError(
-                "all_reduce with op ADASUM needs Horovod's MPI controller on CPU, and this job "
-                "runs on Gloo: start it with `horovodrun --mpi` (Horovod built with MPI), or use "
-                "op SUM or AVG."
-            )
 
     @override
     def _do_all_gather(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
@@ -310,6 +299,38 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
         return byte_view.from_bytes(work, tensor.dtype, tuple(tensor.shape))
 
     @override
+    def _do_all_to_all(
+        self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
+    ) -> torch.Tensor:
+        return alltoall(self._hvd, self._set(group), data.reshape(-1, 1), in_splits).reshape(-1)
+
+    @override
+    def _do_all_to_all_even(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
+        # One element a row, as _do_all_to_all sends: Horovod refuses rows of different
+        # shapes across ranks, and another rank may send the same chunks through that path
+        # (its list was no x.chunk(n)).
+        rows = tensor.reshape(-1, 1)
+        splits = [rows.shape[0] // self._group_size(group)] * self._group_size(group)
+        return alltoall(self._hvd, self._set(group), rows, splits).reshape(tensor.shape)
+
+    @override
+    def _do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:
+        to_dst = [int(rank == dst) for rank in self._group_members(group)]
+        rows = alltoall(self._hvd, self._set(group), tensor.unsqueeze(0), to_dst, "gather")
+        return list(rows.unbind(0)) if self._layout.rank == dst else None
+
+    @override
+    def _do_scatter(
+        self, chunks: list[torch.Tensor] | None, out: torch.Tensor, src: int, group: Any
+    ) -> torch.Tensor:
+        size = self._group_size(group)
+        if chunks is None:  # not the source: sends nothing, gets one row
+            sent, splits = out.new_empty((0, *out.shape)), [0] * size
+        else:
+            sent, splits = torch.stack(chunks), [1] * size
+        return alltoall(self._hvd, self._set(group), sent, splits, "scatter")[0]
+
+    @override
     def _coordination_store(self) -> Any | None:
         # Rank 0 hosts a TCPStore; one broadcast (inside the collective call that first needs
         # the store, made by every rank) tells the others where. Under horovodrun, rank 0's
@@ -344,7 +365,7 @@ class HorovodModel(LayoutQueries, HorovodAllToAll, HorovodFailTogether, Computat
         try:
             return hvd.add_process_set(list(ranks))
         except ValueError as err:
-            if _DYNAMIC_VAR not in str(err):
+            if DYNAMIC_VAR not in str(err):
                 raise
             raise NotImplementedError(
                 f"new_group({list(ranks)}) needs Horovod's dynamic process sets, and this job "

@@ -15,7 +15,16 @@ from typing import Any
 
 import torch
 
-__all__ = ["environ", "hvd_module", "mpi_outlives_shutdown", "unavailable"]
+from distbridge.models._engine_state import engines
+
+__all__ = [
+    "DYNAMIC_VAR",
+    "environ",
+    "hvd_module",
+    "init_environ",
+    "mpi_outlives_shutdown",
+    "unavailable",
+]
 
 
 @contextlib.contextmanager
@@ -84,3 +93,20 @@ def mpi_outlives_shutdown(hvd: Any) -> bool:
     except ImportError:
         return False
     return not bool(mpi.Is_finalized())
+
+
+DYNAMIC_VAR = "HOROVOD_DYNAMIC_PROCESS_SETS"
+
+
+def init_environ() -> dict[str, str]:
+    """Variables for hvd.init(): dynamic process sets, so new_group() can add sets later;
+    under horovodrun's Gloo rendezvous also a host name new to each initialization in this
+    process, because the rendezvous server keeps the per-host keys of an earlier one (its
+    cleanup of finished scopes loses some), which would point a re-initialization at
+    closed ports. Every rank on a host initializes as often, so they agree on the name."""
+    values = {DYNAMIC_VAR: "1"}
+    if os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR") and not os.environ.get("HOROVOD_ELASTIC"):
+        host = os.environ.get("HOROVOD_HOSTNAME", "localhost")
+        values["HOROVOD_HOSTNAME"] = f"{host}.distbridge{engines.horovod_initializations}"
+    engines.horovod_initializations += 1
+    return values

@@ -24,16 +24,10 @@ from distbridge.algorithms.fold import all_reduce_by_fold
 from distbridge.algorithms.groups import not_a_group
 from distbridge.errors import BackendUnavailableError, DistributedError
 from distbridge.launch.native import spawn_native
-from distbridge.models._accelerator import (
-    backend_device_types,
-)
+from distbridge.models._accelerator import backend_device_types
 from distbridge.models._default_group import default_pg as _default_pg
-from distbridge.models._layout import (
-    Layout,
-    LayoutQueries,
-    export_layout,
-    layout_from_env,
-)
+from distbridge.models._failing_together import FailingTogether
+from distbridge.models._layout import Layout, export_layout, layout_from_env
 from distbridge.models.base import ComputationModel
 from distbridge.models.native import flight_recorder, ops
 from distbridge.models.native.backends import NativeBackends, backend_of, device_for
@@ -42,7 +36,6 @@ from distbridge.models.native.checks import (
     check_group_options,
     optional_argument,
 )
-from distbridge.models.native.failure import NativeFailTogether
 from distbridge.models.native.gpus import spawn_gpu_problem
 from distbridge.models.native.init import (
     DEFAULT_MASTER,
@@ -64,7 +57,7 @@ SPAWN_OPTIONS = (
 )  # fmt: skip
 
 
-class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
+class NativeModel(ComputationModel):
     """torch.distributed: nccl, gloo or mpi."""
 
     name: ClassVar[str] = "native-dist"
@@ -74,6 +67,8 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
     functional_collectives: ClassVar[bool] = True
     spawn_options: ClassVar[tuple[str, ...]] = SPAWN_OPTIONS
     spawn_takes_activate: ClassVar[bool] = True
+    fails_together: ClassVar[bool] = True
+    _together: FailingTogether
 
     def __init__(
         self,
@@ -99,6 +94,14 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
         # The ReduceOp of (dtype, op) on this backend; None: folded from an all-gather (NCCL
         # has no bitwise ones). One rule for all_reduce, reduce and reduce_scatter.
         self._torch_ops = ops.TorchOps(backend)
+        # The failure note and the peers' "left" marks live in the default group's store, so
+        # an adopted context reads them too; initialize starts the rest (see from_backend).
+        self._together = FailingTogether(
+            self._contract(),
+            fail_together.default_store_or_none,
+            self.abort_communicator,
+            self.engine_trace,
+        )
 
     # ---- class level -----------------------------------------------------------------------
 
@@ -169,7 +172,7 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
         env_set = {**filled, **export_layout(layout)}
         model = cls(backend, layout, env_set=env_set, connections=connections)
         if layout.world_size > 1:  # a failure here or on a peer ends the others' collectives
-            model._start_failing_together()
+            model._together.start(model.abort_communicator)
         return model._set_debug(debug)
 
     @classmethod
@@ -208,13 +211,17 @@ class NativeModel(LayoutQueries, NativeFailTogether, ComputationModel):
     @override
     def finalize(self) -> None:
         current = self.is_current()
-        self._leave_job(current)
+        self._together.leave(current)
         if current:
             dist.destroy_process_group()
         self.groups.clear()
         self._store = None
         _restore_env(self._env_restore)
         self._env_restore.clear()
+
+    @override
+    def abort_communicator(self) -> None:
+        fail_together.abort_communicator(self._backend, self._connections)
 
     # ---- primitives --------------------------------------------------------------------------
 

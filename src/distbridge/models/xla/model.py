@@ -41,7 +41,7 @@ from distbridge.errors import BackendUnavailableError, DistributedError
 from distbridge.launch.xla import spawn_xla
 from distbridge.models._default_group import default_pg as _default_pg
 from distbridge.models._engine_state import engines
-from distbridge.models._layout import Layout, LayoutQueries
+from distbridge.models._layout import Layout
 from distbridge.models.base import ComputationModel
 from distbridge.models.xla.availability import (
     BACKEND,
@@ -92,7 +92,7 @@ class XlaGroup:
     ranks: tuple[int, ...]
 
 
-class XlaModel(LayoutQueries, ComputationModel):
+class XlaModel(ComputationModel):
     """PyTorch/XLA replicas (``xmp.spawn``, torchrun with the ``xla`` process group)."""
 
     name: ClassVar[str] = "xla-dist"
