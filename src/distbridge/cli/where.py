@@ -77,9 +77,11 @@ def _def_line(function: Any) -> tuple[str, int]:
     return Path(code.co_filename).resolve().relative_to(_SRC).as_posix(), first + offset
 
 
-def _default(owner: type, name: str) -> str:
-    """The cell of a primitive a model keeps from the base classes (``owner``)."""
+def _default(owner: type, name: str, model: type[BackendPrimitives]) -> str:
+    """The cell of a primitive ``model`` keeps from the base classes (``owner``)."""
     source = inspect.getsource(vars(owner)[name])
+    if "self._together" in source and model.fails_together:
+        return "default (its `_together`, `models/_failing_together.py`)"
     if "emulations." in source:
         return "default (emulation, `algorithms/emulations.py`)"
     if "self._do_" in source and name.startswith("_do_"):
@@ -92,7 +94,7 @@ def cell(model: type[BackendPrimitives], name: str) -> str:
     """Where ``model`` does primitive ``name``: `file:line`, or the default it keeps."""
     owner = next(klass for klass in model.__mro__ if name in vars(klass))
     if owner in _BASES:
-        return _default(owner, name)
+        return _default(owner, name, model)
     path, line = _def_line(vars(owner)[name])
     return f"`{path}:{line}`"
 
