@@ -128,14 +128,9 @@ def collect(
     for rank in others:
         if rank in answers:
             reports[rank] = as_report(answers[rank], answered=True)
-            continue
-        note = notes.get(rank, "")
-        published = last_words[rank]
-        asked = wait > 0
-        if published is not None:
-            reports[rank] = as_report(published, answered=False, note=note, asked=asked)
-        else:
-            reports[rank] = RankReport(rank, answered=False, note=note, asked=asked)
+        else:  # what it last published, if anything
+            last = last_words[rank] or {"rank": rank}
+            reports[rank] = as_report(last, False, notes.get(rank, ""), asked=wait > 0)
     return [reports[r] for r in sorted(reports)]
 
 

@@ -129,14 +129,6 @@ def _last(records: Sequence[EngineRecord], group: Members | None) -> EngineRecor
     return max(mine, key=lambda r: r.seq) if mine else None
 
 
-def _waiting_in(op: str, seq: int, state: str, group: Members | None) -> str:
-    """What the engine of ranks waiting in a collective of ``group`` says of its last one."""
-    name = group_text(group)
-    if state in (ENDED, COMPLETED):  # the ledger's collective is not the engine's, or it failed
-        return f"no engine collective of {name} in flight; the last was {op} #{seq} ({state})"
-    return f"{op} #{seq} of {name} is {state}, not completed"
-
-
 def engine_lines(
     engines: Mapping[int, Sequence[EngineRecord]],
     group: Members | None,
@@ -168,7 +160,11 @@ def engine_lines(
         last = _last(engines.get(rank, ()), group)
         if last is not None:
             alike.setdefault((last.op, last.seq, last.state), []).append(rank)
+    name = group_text(group)
     for (op, seq, state), ranks in sorted(alike.items(), key=lambda item: min(item[1])):
-        said = _waiting_in(op, seq, state, group)
+        if state in (ENDED, COMPLETED):  # the ledger's collective is not the engine's, or failed
+            said = f"no engine collective of {name} in flight; the last was {op} #{seq} ({state})"
+        else:
+            said = f"{op} #{seq} of {name} is {state}, not completed"
         lines.append(f"{ranks_text(ranks)} in torch's flight recorder: {said}.")
     return lines

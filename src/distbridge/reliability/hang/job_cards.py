@@ -160,9 +160,7 @@ def write_card(store: Any, rank: int, world_size: int) -> str | None:
 
 
 def _read(folder: str, pid: int) -> JobCard | None:
-    card = _load(folder, pid)
-    if card is None:
-        return None
+    card = _load(folder, pid) or {}
     try:
         return JobCard(pid, int(card["rank"]), int(card["world_size"]), str(card["store"]))
     except (KeyError, TypeError, ValueError):

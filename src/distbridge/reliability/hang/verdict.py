@@ -227,16 +227,12 @@ class _Ledgers:
         return None
 
 
-def _majority(sides: Mapping[str, list[int]]) -> str:
-    """The op most ranks called; a tie goes to the side of the lowest rank."""
-    return min(sides, key=lambda op: (-len(sides[op]), min(sides[op])))
-
-
 def _splits(
     ledgers: _Ledgers, key: Callable[[Record], str | None]
-) -> Iterator[tuple[Members | None, int, dict[str, list[int]], dict[int, dict[int, Record]]]]:
+) -> Iterator[tuple[Members | None, int, dict[str, list[int]], str, dict[str, Record]]]:
     """Each collective (group, seq) whose records fall on two sides or more of ``key`` (a
-    record whose key is None takes no side)."""
+    record whose key is None takes no side): its group and number, the sides (key -> ranks),
+    the expected side (most ranks'; a tie: the lowest rank's) and a record of each side."""
     for group in ledgers.groups():
         per_rank = ledgers.by_group[group]
         for seq in sorted({seq for records in per_rank.values() for seq in records}):
@@ -247,7 +243,9 @@ def _splits(
                 if side is not None:
                     sides.setdefault(side, []).append(rank)
             if len(sides) >= 2:
-                yield group, seq, sides, per_rank
+                expected = min(sides, key=lambda side: (-len(sides[side]), min(sides[side])))
+                first = {side: per_rank[ranks[0]][seq] for side, ranks in sides.items()}
+                yield group, seq, sides, expected, first
 
 
 def _who(ranks: list[int], world_size: int = 0) -> str:
@@ -256,18 +254,17 @@ def _who(ranks: list[int], world_size: int = 0) -> str:
 
 
 def _divergence(ledgers: _Ledgers) -> Verdict | None:
-    for group, seq, sides, per_rank in _splits(ledgers, lambda record: record.op):
-        expected = _majority(sides)
-        site_of = {op: _line(per_rank[ranks[0]][seq].site) for op, ranks in sides.items()}
+    for group, seq, sides, expected, first in _splits(ledgers, lambda record: record.op):
         odd = [op for op in sides if op != expected]
         size = ledgers.world_size
         parts = [
-            f"{_who(sides[op], size * (op == odd[0]))} called {op} ({site_of[op]})" for op in odd
+            f"{_who(sides[op], size * (op == odd[0]))} called {op} ({_line(first[op].site)})"
+            for op in odd
         ]
         text = (
             f"{' and '.join(parts)} where {ranks_text(sides[expected])} called {expected} "
-            f"({site_of[expected]}) at #{seq} of {group_text(group)}: the ranks diverged; "
-            "every rank must call the same collectives in the same order."
+            f"({_line(first[expected].site)}) at #{seq} of {group_text(group)}: the ranks "
+            "diverged; every rank must call the same collectives in the same order."
         )
         diverged = tuple(sorted(r for op in odd for r in sides[op]))
         return Verdict(text, "diverged", group, seq, expected, diverged=diverged)
@@ -280,10 +277,9 @@ def _tensor_of(record: Record) -> str | None:
 
 
 def _mismatch(ledgers: _Ledgers) -> Verdict | None:
-    for group, seq, sides, per_rank in _splits(ledgers, _tensor_of):
-        expected = _majority(sides)
-        op = per_rank[sides[expected][0]][seq].op
-        site_of = {what: _line(per_rank[ranks[0]][seq].site) for what, ranks in sides.items()}
+    for group, seq, sides, expected, first in _splits(ledgers, _tensor_of):
+        op = first[expected].op
+        site_of = {what: _line(record.site) for what, record in first.items()}
         odd = [what for what in sides if what != expected]
         dtype = {what.split("[", 1)[0] for what in sides}
         size = ledgers.world_size
