@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from distbridge.algorithms import codec
 from distbridge.errors import CollectiveMismatch
 from distbridge.reliability.fingerprint import Fingerprint, call_site, describe
-from distbridge.reliability.timed_barrier import check_peers
+from distbridge.reliability.timed_barrier import check_peers, group_tag
 
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract
@@ -145,7 +145,7 @@ class CollectiveChecker:
         world = model.get_world_size()
         group_name = "the world" if len(members) == world else f"group {list(members)}"
         where = f"collective #{seq + 1} of {group_name}"
-        prefix = f"debug/{_namespace(members, world)}/{seq}/"
+        prefix = f"debug/{group_tag(members)}/{seq}/"
         _exchange(store, prefix, model.get_rank(), mine, self._timeout, where)
 
 
@@ -168,12 +168,6 @@ def _members(model: ModelContract, group: object) -> tuple[int, ...] | None:
     except (TypeError, ValueError, RuntimeError):
         return None
     return members if rank in members else None
-
-
-def _namespace(members: tuple[int, ...], world: int) -> str:
-    if members == tuple(range(world)):
-        return "world"
-    return "-".join(map(str, members))
 
 
 def _exchange(

@@ -50,6 +50,7 @@ __all__ = [
     "check_peers",
     "check_timeout",
     "dump_all_stacks",
+    "group_tag",
     "make_timed_barriers",
 ]
 
@@ -139,6 +140,14 @@ class CompletedBarrier:
 
     def __repr__(self) -> str:
         return "CompletedBarrier()"
+
+
+def group_tag(members: tuple[int, ...]) -> str:
+    """A group's name in store keys: ``0-1-2``, or for a large group a short, stable digest."""
+    if len(members) <= 8:
+        return "-".join(map(str, members))
+    digest = hashlib.sha1(repr(members).encode(), usedforsecurity=False).hexdigest()
+    return f"{len(members)}x{digest[:12]}"
 
 
 def check_peers(store: Any, rank: int, doing: str) -> None:
@@ -250,12 +259,7 @@ class StoreBarrier:
     def _next_key(self, members: tuple[int, ...]) -> str:
         seq = self._calls.get(members, 0)
         self._calls[members] = seq + 1
-        if len(members) <= 8:
-            tag = "-".join(map(str, members))
-        else:  # a short, stable tag for a large group
-            digest = hashlib.sha1(repr(members).encode(), usedforsecurity=False).hexdigest()
-            tag = f"{len(members)}x{digest[:12]}"
-        return f"barrier/{tag}/{seq}"
+        return f"barrier/{group_tag(members)}/{seq}"
 
     def _forget(self, members: tuple[int, ...], group_key: str, seq: int) -> None:
         """Delete the keys of barrier ``seq`` of the group (every member has left it)."""
