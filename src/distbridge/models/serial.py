@@ -180,6 +180,8 @@ class SerialModel(ComputationModel):
 
     # Every primitive first refuses under a launcher of several ranks: the arguments are
     # validated by the base class before, so a bad call fails as it would on any model.
+    # Scatter, reduce-scatter, all-to-all and the in-place all-gather keep the base class's
+    # emulations, which run over these primitives and refuse with them.
 
     def _refuse_if_launched(self) -> None:
         if self._refusal is not None:
@@ -217,30 +219,6 @@ class SerialModel(ComputationModel):
     def _do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:
         self._refuse_if_launched()
         return [tensor.clone()]
-
-    @override
-    def _do_scatter(
-        self, chunks: list[torch.Tensor] | None, out: torch.Tensor, src: int, group: Any
-    ) -> torch.Tensor:
-        self._refuse_if_launched()
-        return super()._do_scatter(chunks, out, src, group)
-
-    @override
-    def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        self._refuse_if_launched()
-        return super()._do_reduce_scatter(tensor, op, group)
-
-    @override
-    def _do_all_to_all(
-        self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
-    ) -> torch.Tensor:
-        self._refuse_if_launched()
-        return super()._do_all_to_all(data, in_splits, out_splits, group)
-
-    @override
-    def _do_all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor, group: Any) -> None:
-        self._refuse_if_launched()
-        super()._do_all_gather_into(out, tensor, group)
 
     @override
     def _make_group(self, ranks: tuple[int, ...], **kwargs: Any) -> Any:
