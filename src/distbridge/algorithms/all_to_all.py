@@ -118,21 +118,18 @@ def chunks_known(model: ModelContract, tensors: list[Any]) -> list[torch.Tensor]
     size = model.get_world_size()
     if len(tensors) != size or _chunked(first, size) is not whole:
         return None
-    shape = first.shape
-    address, step = whole.data_ptr(), first.numel() * first.element_size()
-    for t in tensors:  # the chunks of ``whole`` along dim 0, in order
-        if type(t) is not torch.Tensor or t._base is not whole or t.shape != shape:
+    for t in tensors:
+        if type(t) is not torch.Tensor or t._base is not whole or t.shape != first.shape:
             return None
-        if t.data_ptr() != address or not t.is_contiguous():
-            return None
-        address += step
+    if _end_to_end(tensors) is None:  # not the chunks of ``whole`` along dim 0, in order
+        return None
     return list(model.do_all_to_all_even(whole, None).chunk(size))
 
 
 def _all_to_all_uniform(
     model: ModelContract, tensors: Sequence[Any], group: Any, size: int
 ) -> list[torch.Tensor] | None:
-    """``all_to_all(same_shape=True)`` in one pass over ``tensors``, or None when they are not
+    """``all_to_all(same_shape=True)`` with few checks, or None when ``tensors`` are not
     all dense tensors of one sendable dtype, one shape and one device where the backend
     sends from (the general path then raises or moves them). Chunks of one tensor go
     without a copy; the received tensors are views of one new buffer. Every tensor read
@@ -145,29 +142,23 @@ def _all_to_all_uniform(
         return None
     if len(shape) > shape_rows.MAX_DIMS:
         return None
-    numel = first.numel()
-    step = numel * first.element_size()
-    address = first.data_ptr()
-    end_to_end = True
     for t in tensors:
         if not isinstance(t, torch.Tensor) or t.layout is not torch.strided:
             return None
         if t.dtype is not dtype or t.shape != shape or t.device != device:
             return None
-        if end_to_end:
-            end_to_end = t.data_ptr() == address and t.is_contiguous()
-            address += step
     if model.placement(first) != device:
         return None
-    whole = _chunked(first, size) if end_to_end else None
+    total = _end_to_end(tensors)
+    whole = None if total is None else _chunked(first, size)
     if whole is not None:  # x.chunk(size): x itself goes, and its answer is cut the same way
         if group is None:
             model.fast_all_to_all.remember(whole)  # see chunks_known
         return list(model.do_all_to_all_even(whole, group).chunk(size))
-    data = _view_of(first, size * numel) if end_to_end else None
+    data = None if total is None else _view_of(first, total)
     if data is None:
         data = torch.cat([t.reshape(-1) for t in tensors])
-    splits = [numel] * size
+    splits = [first.numel()] * size
     out = model.do_all_to_all(data, splits, splits, group)
     return list(out.view(size, *shape).unbind(0))
 
@@ -190,32 +181,27 @@ def _joined(parts: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
     buffer (as the chunks of ``x.chunk(n)`` do)."""
     if not parts:
         return torch.empty(0, dtype=dtype)
-    first = parts[0]
-    step = first.element_size()
-    end = first.data_ptr()
-    for part in parts:
-        if part.data_ptr() != end or not part.is_contiguous():
-            return torch.cat(parts)
-        end += part.numel() * step
-    joined = _view_of(first, (end - first.data_ptr()) // step)
+    total = _end_to_end(parts)
+    joined = None if total is None else _view_of(parts[0], total)
     return torch.cat(parts) if joined is None else joined
 
 
+def _end_to_end(parts: Sequence[torch.Tensor]) -> int | None:
+    """How many elements contiguous ``parts`` (of one dtype) hold when each starts where the
+    one before it ends in memory; None when they do not."""
+    address, total = parts[0].data_ptr(), 0
+    for part in parts:
+        if part.data_ptr() != address or not part.is_contiguous():
+            return None
+        address += part.numel() * part.element_size()
+        total += part.numel()
+    return total
+
+
 def _view_of(first: torch.Tensor, total: int) -> torch.Tensor | None:
-    """A flat view of ``total`` elements from where contiguous ``first`` starts, which the
-    caller found to lie end to end with the next parts; None when they leave its storage."""
-    base = first._base  # for the chunks of one contiguous tensor: that tensor, no new view
-    if (
-        base is not None
-        and base.dtype == first.dtype
-        and base.data_ptr() == first.data_ptr()
-        and base.numel() == total
-        and base.is_contiguous()
-    ):
-        return base if base.dim() == 1 else base.view(-1)
-    # Consecutive addresses could still span two separate buffers that happen to touch:
-    # the view must fit inside the first part's own storage.
-    step = first.element_size()
-    if (first.storage_offset() + total) * step > first.untyped_storage().nbytes():
+    """A flat view of ``total`` elements from where ``first`` starts (the parts found end to
+    end with it); None when they leave its storage: consecutive addresses could still span
+    two separate buffers that happen to touch."""
+    if (first.storage_offset() + total) * first.element_size() > first.untyped_storage().nbytes():
         return None
-    return first.as_strided((total,), (1,))  # a view over the same storage
+    return first.as_strided((total,), (1,))

@@ -9,14 +9,10 @@ sign bit is flipped first, which maps unsigned order onto signed order).
 Float MIN and MAX go through integers on every backend, so that their answer is defined
 and the same everywhere: IEEE 754-2019's minimum / maximum, where a NaN wins and -0.0 is
 below 0.0. (gloo keeps whichever operand comes first when one is NaN or both are zeros,
-so its answer depends on the rank order; NCCL and Horovod differ again.) Each float's bits
-``i`` become an integer key whose order is the floats' order with every NaN at the winning
-end: with ``s = i >> (w - 1)`` (0, or -1 where the sign is set) the MAX key is
-``(i ^ s) + alpha * s`` in integers wrapping at their width ``w``, and the MIN key that plus
-a constant (see ``_OrderKeys``); NaN needs no test of its own. Cost: one collective as
-before, in integers of the same width (int32 for 16-bit floats), and three element-wise
-operations on each side (four for MIN); the eager all-reduce computes them in the caller's
-tensor, with no copy.
+so its answer depends on the rank order; NCCL and Horovod differ again.) Each float becomes
+an integer key whose order is the floats' order with every NaN at the winning end (see
+``_OrderKeys``): one collective as before, in integers of the same width (int32 for 16-bit
+floats), and a few element-wise operations on each side.
 """
 
 from __future__ import annotations
@@ -172,33 +168,18 @@ def ordered_carrier(
         device = tensor.device
         return keys, lambda out: from_keys(out.cpu()).to(device)
     dtype, order = tensor.dtype, _KEYS[(tensor.dtype, op)]
-    narrow, wide = order.narrow, order.wide
-    bits = tensor.view(narrow)
+    bits = tensor.view(order.narrow)
+    keys = bits.to(order.wide)  # sign-extended for 16-bit floats: the constants are int32's
     if not in_place:
-        keys = order.encode(bits if wide is narrow else bits.to(wide), None)
+        keys = order.encode(keys, None)
+        return keys, lambda out: order.decode(out, None, None).to(order.narrow).view(dtype)
+    keys = order.encode(keys, keys)  # in tensor's own memory where it is as wide as the keys
 
-        def back(out: torch.Tensor) -> torch.Tensor:
-            got = order.decode(out, None, None)
-            return (got if wide is narrow else got.to(narrow)).view(dtype)
-
-        return keys, back
-    if wide is narrow:
-        keys = order.encode(bits, bits)
-
-        def back_into(out: torch.Tensor) -> torch.Tensor:
-            order.decode(out, out, bits)
-            return tensor
-
-        return keys, back_into
-    keys = torch.empty(tensor.shape, dtype=wide, device=tensor.device)
-    keys.copy_(bits)  # sign-extended: the formulas' constants are for the wider integer
-    keys = order.encode(keys, keys)
-
-    def back_narrowed(out: torch.Tensor) -> torch.Tensor:
-        bits.copy_(order.decode(out, out, out))
+    def back_into(out: torch.Tensor) -> torch.Tensor:
+        bits.copy_(order.decode(out, out, out))  # no copy where out is bits
         return tensor
 
-    return keys, back_narrowed
+    return keys, back_into
 
 
 def reduction_carrier(

@@ -1,14 +1,9 @@
 """reduce, gather, scatter, reduce_scatter and all_gather_tensors_with_shapes: the algorithm
 once, over primitives.
 
-Shapes may differ across ranks without the caller knowing them, the number of dims too:
-ranks first exchange one small row per tensor (dtype code, number of dims, dims; see
-``algorithms/shape_rows.py``), then move every tensor flat, padded to the longest one's number of
-elements, and cut each back to its own shape. A rank that cannot describe its tensor
-sends a "bad" row instead of raising at once, so every rank raises together rather than
-some waiting forever. The default primitives for backends that lack an op are in
-``algorithms/emulations.py``; all_to_all, which shares the shape rows, is in
-``algorithms/all_to_all.py``.
+Shapes may differ across ranks, the number of dims too: ranks first exchange their shape
+rows (``algorithms/shape_rows.py``), then move every tensor flat, padded to the longest one's
+number of elements, and cut each back to its own shape.
 """
 
 from __future__ import annotations
@@ -42,9 +37,6 @@ __all__ = [
 _NOT_A_MEMBER = GroupCache.NOT_A_MEMBER
 
 
-# ---- padding: every tensor travels flat, as long as the longest -------------------------------
-
-
 def _longest(shapes: Sequence[Sequence[int]]) -> int:
     """The most elements any of ``shapes`` holds (a 0-dim shape holds one)."""
     return max((math.prod(s) for s in shapes), default=0)
@@ -64,9 +56,6 @@ def _flat_padded(tensor: torch.Tensor, length: int) -> torch.Tensor:
 def _cut(flat: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     """The first elements of 1-dim ``flat``, viewed in ``shape``."""
     return flat[: math.prod(shape)].view(tuple(shape))
-
-
-# ---- public algorithms ------------------------------------------------------------------------
 
 
 def reduce(model: ModelContract, x: Any, dst: int, op: str, group: Any) -> Any:
@@ -97,11 +86,7 @@ def reduce(model: ModelContract, x: Any, dst: int, op: str, group: Any) -> Any:
         return x
     if sent_op != name:
         divide_(out, model.group_size(resolved))
-    result = out if back is None else back(out)
-    if result is not x:
-        with torch.no_grad():
-            x.copy_(result)
-    return x
+    return write_back(x, out if back is None else back(out))
 
 
 def gather(
