@@ -54,14 +54,14 @@ class Registry:
             self._models.remove(m)
         self._models.append(model)
         self._models.sort(key=lambda m: -m.priority)
-        self._update_probes()
+        self.refresh_probes()
 
     def unregister(self, model: type[ComputationModel]) -> None:
         """Remove ``model``; ValueError if it was not registered."""
         if model not in self._models:
             raise ValueError(f"{model.__name__} is not registered.")
         self._models.remove(model)
-        self._update_probes()
+        self.refresh_probes()
 
     def models(self) -> tuple[type[ComputationModel], ...]:
         """Every registered model, plug-ins included, highest priority first."""
@@ -107,7 +107,8 @@ class Registry:
                     return found
         return None
 
-    def _update_probes(self) -> None:
+    def refresh_probes(self) -> None:
+        """Recompute ``probes`` after models were registered or modules imported (cheap)."""
         if self._plugins_loaded:
             self.modules_seen = len(sys.modules)
             self.probes = tuple(
@@ -115,10 +116,6 @@ class Registry:
                 for m in self._models
                 if m.backends and (m.context_module is None or m.context_module in sys.modules)
             )
-
-    def refresh_probes(self) -> None:
-        """Recompute ``probes`` after modules were imported (cheap; called when needed)."""
-        self._update_probes()
 
     def _load_plugins_then_probe(self) -> bool:
         self._load_plugins()
@@ -128,7 +125,7 @@ class Registry:
         if self._plugins_loaded:
             return
         self._plugins_loaded = True
-        self._update_probes()
+        self.refresh_probes()
         if os.environ.get(_DISABLE_PLUGINS_VAR, "") not in ("", "0"):
             return
         for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -183,11 +180,6 @@ class RegisteredModels(Sequence["type[ComputationModel]"]):
         return f"[{', '.join(m.__name__ for m in self)}]"
 
 
-def _builtin_registry() -> Registry:
-    reg = Registry()
-    for model in BUILTIN_MODELS:
-        reg.register(model)
-    return reg
-
-
-registry = _builtin_registry()
+registry = Registry()
+for _model in BUILTIN_MODELS:
+    registry.register(_model)

@@ -35,7 +35,7 @@ ShardModules = type[torch.nn.Module] | tuple[type[torch.nn.Module], ...] | Itera
 # Parameters fully_shard replaced with sharded ones: an optimizer built on them before
 # auto_model would step tensors the model no longer uses (auto_optim refuses it).
 # Keyed by id (a tensor's == is elementwise, so no WeakSet); an entry leaves with its tensor.
-_REPLACED: dict[int, weakref.ref[torch.Tensor]] = {}
+_REPLACED: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
 
 
 def _fully_shard() -> Callable[..., Any]:
@@ -117,20 +117,10 @@ def fully_shard_model(
     after = {id(p) for p in model.parameters()}
     for p in before:
         if id(p) not in after:
-            _REPLACED[id(p)] = weakref.ref(p, _forget(id(p)))
+            _REPLACED[id(p)] = p
     return model
-
-
-def _forget(key: int) -> Callable[[weakref.ref[torch.Tensor]], None]:
-    """The callback that drops ``key`` once its parameter is freed."""
-
-    def drop(_: weakref.ref[torch.Tensor]) -> None:
-        _REPLACED.pop(key, None)
-
-    return drop
 
 
 def was_replaced(parameter: torch.Tensor) -> bool:
     """Whether ``auto_model(strategy="fsdp")`` replaced this parameter with a sharded one."""
-    held = _REPLACED.get(id(parameter))
-    return held is not None and held() is parameter
+    return _REPLACED.get(id(parameter)) is parameter

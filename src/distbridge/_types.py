@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import PurePath
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Any, Literal, TypeAlias
 
-__all__ = ["Group", "Number", "ReduceOp", "Scalar", "SpawnResult", "WorkerFn"]
+__all__ = ["Group", "Number", "ReduceOp", "SpawnResult"]
 
 #: Reduction names accepted by ``all_reduce`` (case-insensitive; "AVERAGE" is an alias of "AVG").
 ReduceOp: TypeAlias = Literal[
@@ -20,14 +19,5 @@ Group: TypeAlias = Any | Sequence[int]
 #: Python numbers that collectives return with their type unchanged.
 Number: TypeAlias = int | float | bool
 
-#: Values ``broadcast`` accepts besides tensors.
-Scalar: TypeAlias = int | float | bool | str | PurePath
-
 #: What ``spawn`` returns: each worker's return value, in rank order.
 SpawnResult: TypeAlias = list[Any]
-
-
-class WorkerFn(Protocol):
-    """A function run in every worker as ``fn(local_rank, *args, **kwargs)``."""
-
-    def __call__(self, local_rank: int, /, *args: Any, **kwargs: Any) -> Any: ...

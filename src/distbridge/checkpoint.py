@@ -30,9 +30,13 @@ def _native() -> bool:
     return _api.model_name() == "native-dist"
 
 
-def _options(*, cpu_offload: bool = False, broadcast_from_rank0: bool = False) -> Any:
+def _options(native: bool, *, cpu_offload: bool = False, broadcast_from_rank0: bool = False) -> Any:
+    """Under torch.distributed, full state dicts with these options; else (no process group)
+    the model's own tensors, nothing gathered."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 
+    if not native:
+        return StateDictOptions()
     return StateDictOptions(
         full_state_dict=True, cpu_offload=cpu_offload, broadcast_from_rank0=broadcast_from_rank0
     )
@@ -57,7 +61,7 @@ def full_state_dict(
     )
 
     model = _unwrapped(model)
-    options = _options(cpu_offload=True) if _native() else _local_options()
+    options = _options(_native(), cpu_offload=True)
     state: dict[str, Any] = {"model": get_model_state_dict(model, options=options)}
     if optimizer is not None:
         state["optimizer"] = get_optimizer_state_dict(model, optimizer, options=options)
@@ -127,18 +131,11 @@ def load_checkpoint(
             f"load_checkpoint({str(path)!r}) got an optimizer, but the file holds no optimizer "
             "state; save it with save_checkpoint(path, model, optimizer), or pass no optimizer."
         )
-    options = _options(broadcast_from_rank0=True) if native else _local_options()
+    options = _options(native, broadcast_from_rank0=True)
     set_model_state_dict(model, state.get("model", {}), options=options)
     if optimizer is not None:
         set_optimizer_state_dict(model, optimizer, state.get("optimizer", {}), options=options)
     return dict(extra)
-
-
-def _local_options() -> Any:
-    """Options for a model with no process group: its own tensors, nothing gathered."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
-
-    return StateDictOptions()
 
 
 def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
