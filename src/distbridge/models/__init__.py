@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from distbridge.models._layout import Layout
 from distbridge.models.base import ComputationModel
 from distbridge.models.horovod import HorovodModel
 from distbridge.models.native import NativeModel
@@ -12,6 +13,7 @@ __all__ = [
     "BUILTIN_MODELS",
     "ComputationModel",
     "HorovodModel",
+    "Layout",
     "NativeModel",
     "SerialModel",
     "XlaModel",
