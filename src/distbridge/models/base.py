@@ -20,7 +20,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, Final, TypeVar
 
 import torch
 from typing_extensions import Self
@@ -49,7 +49,7 @@ from distbridge.reliability.timed_barrier import (
     check_timeout,
 )
 
-__all__ = ["NOT_A_MEMBER", "ComputationModel", "Recording", "collective"]
+__all__ = ["NOT_A_MEMBER", "ComputationModel", "collective"]
 
 _compiling = torch.compiler.is_compiling  # True while torch.compile traces (Dynamo knows it)
 # Dynamo folds this to True while it traces; eager it is a plain `return False`
@@ -61,14 +61,6 @@ _Method = TypeVar("_Method", bound=Callable[..., Any])
 _NO: Final = object()  # a positional slot of the ledger's wrapper that the caller left empty
 
 
-class Recording(NamedTuple):
-    """How a public collective is recorded in the ledger: `collective`'s arguments."""
-
-    op: str
-    x_at: int
-    group_at: int
-
-
 def collective(op: str, x_at: int, group_at: int) -> Callable[[_Method], _Method]:
     """Decorate a model's public collective ``op``. Each call is recorded in ``self.ledger``
     (a sequence number in its group's log, the op, the payload's dtype and shape or type,
@@ -78,8 +70,7 @@ def collective(op: str, x_at: int, group_at: int) -> Callable[[_Method], _Method
     goes to the method as it is.
 
     ``x_at``: the payload's position after ``self`` (0, or -1: none); ``group_at``: the
-    position of ``group``. The method stays reachable as ``__wrapped__``, and these
-    arguments as ``recording``.
+    position of ``group``. The method stays reachable as ``__wrapped__``.
     """
 
     def decorate(method: _Method) -> _Method:
@@ -155,7 +146,6 @@ def collective(op: str, x_at: int, group_at: int) -> Callable[[_Method], _Method
             log.passed = log.seq
             return result
 
-        wrapper.recording = Recording(op, x_at, group_at)  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]
 
     return decorate
