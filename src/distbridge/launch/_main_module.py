@@ -1,15 +1,9 @@
 """Mistakes in the main script that only show once workers start, caught before they do.
 
-A worker started with the "spawn" or "forkserver" start method runs the main script again
-(as ``__mp_main__``) before it runs its function, so that the function can be found:
-
-- Code fed on standard input (``python - <<EOF``, ``python < script.py``) has no file to
-  run again: every worker fails with ``FileNotFoundError: '<stdin>'``. The parent sees it
-  coming (``__main__.__file__`` names no file) and refuses to start anything.
-- A script without an ``if __name__ == "__main__":`` guard calls ``spawn`` again while a
-  worker imports it. Only the worker can tell (multiprocessing marks it as bootstrapping),
-  so it prints why and exits with `REIMPORT_EXIT_CODE`, which the parent's
-  `WorkerFailedError` turns into the same advice.
+A worker started with "spawn" or "forkserver" runs the main script again (as
+``__mp_main__``) before its function: code fed on standard input has no file to run again,
+and a script without an ``if __name__ == "__main__":`` guard calls ``spawn`` again in every
+worker (only the worker can tell; the parent's `WorkerFailedError` gives the same advice).
 """
 
 from __future__ import annotations
@@ -66,7 +60,8 @@ def check_main_module(start_method: str) -> None:
     """Stop a spawn that would fail in every worker because of how the main script runs.
 
     In a worker that is importing the main script (it has no ``__main__`` guard), print why
-    to stderr and end the process with exit code `REIMPORT_EXIT_CODE`.
+    to stderr and end the process with exit code `REIMPORT_EXIT_CODE` (not SystemExit: a
+    "forkserver" child turns every exception into exit code 1).
 
     Raises:
         DistributedError: the main script was read from standard input (or its file is
@@ -75,7 +70,6 @@ def check_main_module(start_method: str) -> None:
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         print(f"distbridge: spawn was called while this worker was starting: {REIMPORT_PROBLEM}.",
               file=sys.stderr, flush=True)  # fmt: skip
-        # Not SystemExit: a "forkserver" child turns every exception into exit code 1.
         os._exit(REIMPORT_EXIT_CODE)
     kind = "file" if start_method == "fork" else _main_kind()
     if kind == "stdin":

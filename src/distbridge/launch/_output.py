@@ -87,22 +87,21 @@ def _is_terminal(fd: int) -> bool:
 
 
 def split_lines(pending: bytes, data: bytes) -> tuple[list[bytes], bytes]:
-    """Complete lines (each ending with b"\\n") of ``pending + data``, and the rest."""
+    """Complete lines (each ending with b"\\n") of ``pending + data``, and the rest; a line
+    longer than `MAX_LINE_BYTES` comes in pieces of that size."""
     buffer = pending + data
-    end = buffer.rfind(b"\n") + 1
-    lines = buffer[:end].splitlines(keepends=True)
-    rest = buffer[end:]
-    while len(rest) >= MAX_LINE_BYTES:
-        lines.append(rest[:MAX_LINE_BYTES] + b"\n")
-        rest = rest[MAX_LINE_BYTES:]
-    return [piece for line in lines for piece in _pieces(line)], rest
-
-
-def _pieces(line: bytes) -> list[bytes]:
-    if len(line) <= MAX_LINE_BYTES + 1:
-        return [line]
-    body = line[:-1]
-    return [body[i : i + MAX_LINE_BYTES] + b"\n" for i in range(0, len(body), MAX_LINE_BYTES)]
+    lines = []
+    start = 0
+    while True:
+        end = buffer.find(b"\n", start, start + MAX_LINE_BYTES + 1) + 1
+        if end:
+            lines.append(buffer[start:end])
+        elif len(buffer) - start >= MAX_LINE_BYTES:
+            end = start + MAX_LINE_BYTES
+            lines.append(buffer[start:end] + b"\n")
+        else:
+            return lines, buffer[start:]
+        start = end
 
 
 def redirect_output(streams: dict[int, Connection]) -> None:
@@ -170,12 +169,11 @@ class OutputRelay:
     def close(self) -> None:
         """After the workers ended: read what is left (for at most a few seconds, in case
         a process they left behind holds a pipe), write the unfinished lines, close."""
+        self.start()  # not started if a worker failed to start
         if self._thread is not None:
             self._thread.join(_CLOSE_SECONDS)
             os.write(self._stop_write, b"\0")
             self._thread.join()
-        else:
-            self._drain_without_thread()
         for source in self._sources:
             if source.pending:
                 self._write(source, [source.pending + b"\n"])
@@ -183,13 +181,6 @@ class OutputRelay:
             source.conn.close()
         os.close(self._stop_read)
         os.close(self._stop_write)
-
-    def _drain_without_thread(self) -> None:
-        for source in self._sources:
-            with contextlib.suppress(OSError):
-                os.set_blocking(source.conn.fileno(), False)
-                while data := os.read(source.conn.fileno(), 1 << 16):
-                    self._receive(source, data)
 
     def _run(self) -> None:
         with selectors.DefaultSelector() as selector:

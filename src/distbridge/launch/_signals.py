@@ -1,12 +1,6 @@
 """The parent's signals while it supervises workers: SIGINT and SIGTERM become something a
-supervisor loop can wait on; SIGUSR2, the report signal, is passed on to the workers.
-
-On SIGUSR2 the parent sends it to each worker still running (each writes its hang report and
-goes on, see `distbridge.reliability.hang.signals`), says on stderr where the reports are,
-and goes on (`passing_on`, also around a warm world's test and ``horovod.run``). The job
-cards of the workers go with the watch (a worker that was killed left its card), and so do
-those of processes that are gone (a parent killed by SIGKILL).
-"""
+supervisor loop can wait on; SIGUSR2, the report signal, is passed on to the workers (each
+writes its hang report and goes on, see `distbridge.reliability.hang.signals`)."""
 
 from __future__ import annotations
 
@@ -29,16 +23,17 @@ __all__ = ["SignalWatch", "leave_pid", "passing_on", "pids_left"]
 class SignalWatch:
     """Turn SIGINT/SIGTERM into a readable file descriptor while workers are supervised, and
     pass SIGUSR2 on to ``workers`` (a list filled as they start), whose reports go to
-    `reports` (`report_dir` of this process).
+    `reports` (`report_dir` of this process). On exit the previous handlers come back and
+    the workers' job cards go, with those of processes that are gone.
 
-    Handlers are installed only in the main thread (Python allows no other), and the
-    previous ones are restored on exit. A signal that was ignored stays ignored.
+    Handlers are installed only in the main thread (Python allows no other). A signal that
+    was ignored stays ignored.
     """
 
-    def __init__(self, workers: Sequence[Worker] | None = None) -> None:
+    def __init__(self, workers: Sequence[Worker]) -> None:
         self.received: int | None = None
-        self.workers: Sequence[Worker] = [] if workers is None else workers
-        self.reports = "" if workers is None else report_dir(os.getpid())
+        self.workers = workers
+        self.reports = report_dir(os.getpid())
         self._previous: dict[signal.Signals, Any] = {}
         self._passing = passing_on(self._running, self.reports)
         self.fd, self._write_fd = os.pipe()

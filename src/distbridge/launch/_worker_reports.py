@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -21,7 +23,17 @@ from distbridge.launch._main_module import REIMPORT_EXIT_CODE, REIMPORT_PROBLEM
 from distbridge.launch.pickling import SHORT_REPR
 from distbridge.reliability.hang.verdict import headline
 
-__all__ = ["Report", "Worker", "death", "failure", "sentence"]
+__all__ = [
+    "STOPPED",
+    "Report",
+    "Worker",
+    "death",
+    "error_report",
+    "failure",
+    "raised_error",
+    "sentence",
+    "signal_name",
+]
 
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _ENTRY = re.compile(r'^  File "', re.MULTILINE)  # a frame of a traceback
@@ -31,6 +43,8 @@ _ABORT_HINT = (
     "operation, shape or dtype, which makes gloo abort): run with DISTBRIDGE_DEBUG=1 or "
     "spawn(..., debug=True) to raise CollectiveMismatch naming both call sites instead."
 )
+
+STOPPED = "The other workers were stopped."
 
 #: What a worker sends over its pipe: ``("ok", value)`` or
 #: ``("error", traceback, exception_type_name, message)``.
@@ -59,12 +73,8 @@ def failure(
     the hang ``verdict`` from the workers' ledgers when there is one."""
     first = next((w for w in failed if not _is_peer_failed(w)), failed[0])
     reports = {w.rank: _outcome(w) for w in workers if w is not first and _has_ended(w)}
-    others = "".join(f"\n  rank {rank}: {line}" for rank, line in reports.items())
-    others = f"\n\nWhat the other workers reported:{others}" if others else ""
-    stopped = "The other workers were stopped."
-    has_own = first.report is not None and first.report[2] == "CollectiveTimeout"
-    if verdict and not has_own:  # a worker's own verdict was made when it timed out: better
-        stopped += f"\n\nFrom the ranks' collective ledgers:\n{verdict}"
+    own = first.report is not None and first.report[2] == "CollectiveTimeout"  # a better one
+    ledgers = "" if own or not verdict else f"\n\nFrom the ranks' collective ledgers:\n{verdict}"
     # the rank at fault: as the first worker's error names it, else (it died without a word)
     # as the others' errors or the ledgers do
     errors = [w.report[3] for w in workers if w.report and w.report[0] == "error"]
@@ -72,17 +82,10 @@ def failure(
     culprit = next(filter(None, map(headline, said)), None)
     lead = f"{sentence(culprit)}\n" if culprit else ""
     if first.report is not None:
-        _, worker_traceback, type_name, message = first.report
-        raised = f"{type_name}: {message}" if message else type_name
-        return WorkerFailedError(
-            f"{lead}{sentence(f'{first.describe()} raised {raised}')} {stopped}{others}\n\n"
-            f"{_traceback(first.rank, worker_traceback, bool(culprit))}",
-            rank=first.rank,
-            local_rank=first.index,
-            exitcode=None,
-            worker_traceback=worker_traceback,
-            peer_reports=reports,
-        )
+        return raised_error(
+            first.describe(), first.rank, first.index, first.report, reports,
+            lead=lead, ledgers=ledgers, short=bool(culprit),
+        )  # fmt: skip
     exitcode = first.process.exitcode or 0
     if exitcode == REIMPORT_EXIT_CODE:
         summary = f"{first.describe()} exited while starting: {REIMPORT_PROBLEM}."
@@ -90,12 +93,53 @@ def failure(
         hint = _ABORT_HINT if exitcode == -signal.SIGABRT and not culprit else ""
         summary = f"{first.describe()} {death(first)}.{hint}"
     return WorkerFailedError(
-        f"{lead}{summary} {stopped}{others}",
+        f"{lead}{summary} {STOPPED}{ledgers}{_others(reports)}",
         rank=first.rank,
         local_rank=first.index,
         exitcode=exitcode,
         peer_reports=reports,
     )
+
+
+def raised_error(
+    who: str,
+    rank: int,
+    local_rank: int,
+    report: Report,
+    peer_reports: Mapping[int, str] | None = None,
+    *,
+    lead: str = "",
+    ledgers: str = "",
+    short: bool = False,
+) -> WorkerFailedError:
+    """The error for worker ``who`` ("Worker rank 1 (local rank 1)"), whose error ``report``
+    says what it raised, with what the others reported and its traceback (see `_traceback`
+    for ``short``)."""
+    _, worker_traceback, type_name, message = report
+    raised = f"{type_name}: {message}" if message else type_name
+    return WorkerFailedError(
+        f"{lead}{sentence(f'{who} raised {raised}')} {STOPPED}{ledgers}{_others(peer_reports)}"
+        f"\n\n{_traceback(rank, worker_traceback, short)}",
+        rank=rank,
+        local_rank=local_rank,
+        exitcode=None,
+        worker_traceback=worker_traceback,
+        peer_reports=peer_reports,
+    )
+
+
+def _others(reports: Mapping[int, str] | None) -> str:
+    lines = "".join(f"\n  rank {rank}: {line}" for rank, line in sorted((reports or {}).items()))
+    return f"\n\nWhat the other workers reported:{lines}" if lines else ""
+
+
+def error_report(exc: BaseException) -> Report:
+    """The report of a worker whose function raised ``exc`` (being handled now)."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<str() of the exception failed>"
+    return ("error", traceback.format_exc(), type(exc).__name__, message)
 
 
 def _traceback(rank: int, worker_traceback: str, short: bool) -> str:
@@ -148,12 +192,17 @@ def death(worker: Worker) -> str:
     """How a worker that sent no report ended, e.g. "was killed by signal SIGKILL"."""
     exitcode = worker.process.exitcode or 0
     if exitcode < 0:
-        try:
-            return f"was killed by signal {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"was killed by signal number {-exitcode}"
+        return f"was killed by signal {signal_name(-exitcode)}"
     if exitcode == REIMPORT_EXIT_CODE:
         return "called spawn again while importing the main script (no __main__ guard)"
     if exitcode > 0:
         return f"exited with code {exitcode}"
     return "exited without reporting a result (exit code 0, e.g. after os._exit(0))"
+
+
+def signal_name(number: int) -> str:
+    """ "SIGKILL", or "number 99" for a number that names no signal."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"number {number}"

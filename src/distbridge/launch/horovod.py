@@ -23,17 +23,17 @@ import signal
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from distbridge.errors import PicklingError, SpawnTimeoutError, WorkerFailedError
-from distbridge.launch._joinable import Activate, MakeModel
+from distbridge.launch._joinable import Activate, JoinedCall, MakeModel
 from distbridge.launch._signals import leave_pid, passing_on, pids_left
-from distbridge.launch._worker_reports import sentence
-from distbridge.reliability.hang.signals import answer_report_signal, report_dir, report_on_signal
+from distbridge.launch._worker_reports import STOPPED, error_report, raised_error, signal_name
+from distbridge.launch.supervisor import positive_int
+from distbridge.reliability.hang.signals import answer_report_signal, report_dir
 
 __all__ = ["spawn_horovod"]
 
@@ -49,14 +49,9 @@ def _one_line(record: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class _HorovodWorker:
+class _HorovodWorker(JoinedCall):
     """What each worker runs: join the job, call ``fn``, leave the job; report a failure."""
 
-    make_model: MakeModel
-    activate: Activate
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    kwargs: Mapping[str, Any]
     job_timeout: float | None
     reports: str = ""  # the parent's report folder
     pids: str = ""  # where a worker on the parent's machine leaves its pid
@@ -67,42 +62,21 @@ class _HorovodWorker:
         leave_pid(self.pids, rank)  # for the parent, which passes SIGUSR2 on
         if self.job_timeout is not None:  # a C thread: fires even inside a blocked collective
             faulthandler.dump_traceback_later(self.job_timeout, exit=True)
-        model = None
         try:
-            with contextlib.ExitStack() as active:
-                model = self.make_model("horovod")
-                report_on_signal(model)
-                active.enter_context(self.activate(model))
-                try:
-                    return self.fn(model.get_local_rank(), *self.args, **self.kwargs)
-                finally:
-                    if model.is_current():
-                        model.finalize()
+            return self.run()
         except BaseException as exc:  # reported before leaving the job: the others fail later
+            _, worker_traceback, type_name, message = error_report(exc)
             record = {
                 "rank": int(os.environ.get("HOROVOD_RANK", "-1")),
-                "type": type(exc).__name__,
-                "message": _safe_str(exc),
-                "traceback": traceback.format_exc(),
+                "type": type_name,
+                "message": message,
+                "traceback": worker_traceback,
                 "time": time.time(),
             }
             print(_MARK + json.dumps(record), file=sys.stderr, flush=True)
             raise
         finally:
             faulthandler.cancel_dump_traceback_later()
-
-
-def _safe_str(exc: BaseException) -> str:
-    try:
-        return str(exc)
-    except Exception:
-        return "<str() of the exception failed>"
-
-
-def _positive(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
-    return value
 
 
 def _host_names(hosts: str | Sequence[str] | None, nproc: int) -> list[str]:
@@ -157,7 +131,7 @@ def spawn_horovod(
 
     Each worker joins as ``make_model("horovod")`` and runs ``fn`` inside ``activate(model)``
     (see `distbridge.launch._joinable`)."""
-    nproc = _positive("nproc_per_node", nproc_per_node)
+    nproc = positive_int("nproc_per_node", nproc_per_node)
     names = _host_names(hosts, nproc)
     if nnodes is not None and nnodes != len(names):
         raise ValueError(
@@ -176,7 +150,7 @@ def spawn_horovod(
     cloudpickle = importlib.import_module("cloudpickle")  # horovod.run's own serializer
     reports = report_dir(os.getpid())
     worker = _HorovodWorker(
-        make_model, activate, fn, tuple(args), dict(kwargs_dict), job_timeout, reports
+        make_model, activate, "horovod", fn, tuple(args), dict(kwargs_dict), job_timeout, reports
     )
     try:
         cloudpickle.dumps(worker)
@@ -216,25 +190,14 @@ def _failure(
             if _MARK in line:
                 with contextlib.suppress(ValueError):
                     records.append(json.loads(line.split(_MARK, 1)[1]))
-    stopped = "The other workers were stopped."
     if records:
         # A rank that raised first, and not because a peer failed or left, is the cause.
         first = min(records, key=lambda r: (r["type"] in _PEER_ERRORS, r["time"]))
         rank = int(first["rank"])
-        raised = f"{first['type']}: {first['message']}" if first["message"] else first["type"]
+        report = ("error", first["traceback"], first["type"], first["message"])
         reports = {int(r["rank"]): _one_line(r) for r in records if r is not first}
-        others = "".join(f"\n  rank {r}: {line}" for r, line in sorted(reports.items()))
-        others = f"\n\nWhat the other workers reported:{others}" if others else ""
-        return WorkerFailedError(
-            f"{sentence(f'Worker rank {rank} (local rank {rank % nproc}) raised {raised}')} "
-            f"{stopped}{others}"
-            f"\n\nTraceback of rank {rank}:\n{first['traceback']}",
-            rank=rank,
-            local_rank=rank % nproc,
-            exitcode=None,
-            worker_traceback=first["traceback"],
-            peer_reports=reports,
-        )
+        who = f"Worker rank {rank} (local rank {rank % nproc})"
+        return raised_error(who, rank, rank % nproc, report, reports)
     if job_timeout is not None and elapsed >= job_timeout:
         return SpawnTimeoutError(
             f"The job ran past its job_timeout of {job_timeout} s and every worker was stopped "
@@ -245,14 +208,14 @@ def _failure(
     if found is None:  # horovod.run could not read a result: a worker exited 0 without one
         return WorkerFailedError(
             f"A worker exited without returning a result (exit code 0, e.g. after os._exit(0)); "
-            f"horovod.run said: {err}. {stopped}",
+            f"horovod.run said: {err}. {STOPPED}",
             rank=-1,
             local_rank=-1,
             exitcode=0,
         )
     rank, code = int(found.group(1)) if found.group(1).isdigit() else -1, int(found.group(2))
     return WorkerFailedError(
-        f"Worker rank {rank} (local rank {rank % nproc}) {_ending(code)}. {stopped}",
+        f"Worker rank {rank} (local rank {rank % nproc}) {_ending(code)}. {STOPPED}",
         rank=rank,
         local_rank=rank % nproc,
         exitcode=code,
@@ -264,9 +227,5 @@ def _ending(code: int) -> str:
     from the shell horovod.run starts each worker in, is a signal."""
     number = -code if code < 0 else code - 128 if 128 < code < 128 + 65 else 0
     if number:
-        try:
-            name = signal.Signals(number).name
-        except ValueError:
-            name = f"number {number}"
-        return f"was killed by signal {name} (exit code {code})"
+        return f"was killed by signal {signal_name(number)} (exit code {code})"
     return f"exited with code {code}"

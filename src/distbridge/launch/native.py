@@ -23,29 +23,27 @@ from typing import Any
 from torch._C._distributed_c10d import TCPStore  # where torch defines them
 
 from distbridge.errors import DistributedError
-from distbridge.launch._joinable import Activate, MakeModel
+from distbridge.launch._joinable import Activate, JoinedCall, MakeModel
 from distbridge.launch._main_module import check_main_module, main_is_interactive
 from distbridge.launch._output import plan_output
 from distbridge.launch.pickling import check_picklable, pack
-from distbridge.launch.supervisor import PEER_WINDOW_SECONDS, START_METHODS, run_workers
+from distbridge.launch.supervisor import (
+    PEER_WINDOW_SECONDS,
+    check_spawn_options,
+    positive_int,
+    run_workers,
+)
 from distbridge.reliability.fail_together import record_failure
 from distbridge.reliability.hang.collect import collect
-from distbridge.reliability.hang.signals import report_on_signal
 from distbridge.reliability.hang.verdict import verdict
 
 __all__ = ["spawn_native"]
 
 
 @dataclass(frozen=True)
-class _NativeWorker:
-    """What each worker process runs: join the job, call ``fn``, leave the job."""
+class _NativeWorker(JoinedCall):
+    """What each worker process runs: join the job in its world slot, call ``fn``, leave."""
 
-    make_model: MakeModel
-    activate: Activate
-    backend: str
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    kwargs: Mapping[str, Any]
     env: Mapping[str, str]
     first_rank: int
     init_kwargs: Mapping[str, Any] = field(default_factory=dict)
@@ -58,20 +56,7 @@ class _NativeWorker:
         init_kwargs = dict(self.init_kwargs)
         if "init_method" in init_kwargs:
             init_kwargs.update(rank=rank, world_size=int(self.env["WORLD_SIZE"]))
-        model = self.make_model(self.backend, **init_kwargs)
-        report_on_signal(model)  # SIGUSR2 reports this model's ledger
-        with self.activate(model):
-            try:
-                return self.fn(local_rank, *self.args, **self.kwargs)
-            finally:  # while an exception propagates, finalize leaves a failure note for peers
-                if model.is_current():
-                    model.finalize()
-
-
-def _positive_int(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
-    return value
+        return self.run(local_rank, **init_kwargs)
 
 
 def spawn_native(
@@ -110,16 +95,11 @@ def spawn_native(
 
     ``tag_output`` and ``output_ranks`` say how the workers' output reaches the parent's
     (see `distbridge.launch._output`)."""
-    nproc = _positive_int("nproc_per_node", nproc_per_node)
-    nnodes = _positive_int("nnodes", nnodes)
+    nproc = positive_int("nproc_per_node", nproc_per_node)
+    nnodes = positive_int("nnodes", nnodes)
     if not isinstance(node_rank, int) or not 0 <= node_rank < nnodes:
         raise ValueError(f"node_rank must be an int in [0, {nnodes}), got {node_rank!r}.")
-    if start_method not in START_METHODS:
-        raise ValueError(f"start_method must be one of {START_METHODS}, got {start_method!r}.")
-    if join is not True:
-        raise ValueError(
-            "join=False is not supported: spawn supervises its workers until they end."
-        )
+    check_spawn_options(start_method, join)
     if isinstance(master_port, str) and master_port.strip().isdigit():
         master_port = int(master_port)  # what argparse gives without type=int, as ignite takes
     if init_method == "env://":  # the job's store, its address exported as MASTER_ADDR / _PORT
@@ -170,16 +150,9 @@ def spawn_native(
     if init_method is not None:
         init_kwargs["init_method"] = init_method
     worker = _NativeWorker(
-        make_model,
-        activate,
-        backend,
-        fn,
-        tuple(args),
-        dict(kwargs_dict),
-        env,
-        node_rank * nproc,
+        make_model, activate, backend, fn, tuple(args), dict(kwargs_dict), env, node_rank * nproc,
         init_kwargs,
-    )
+    )  # fmt: skip
     on_death = None if store is None else functools.partial(_tell_peers, store, world_size)
     explain = None if store is None else functools.partial(_job_verdict, store, world_size)
     try:

@@ -36,7 +36,7 @@ from distbridge.errors import SpawnTimeoutError, suggest
 from distbridge.launch._main_module import check_main_module
 from distbridge.launch._output import OutputPlan, OutputRelay, redirect_output
 from distbridge.launch._signals import SignalWatch
-from distbridge.launch._worker_reports import Report, Worker, death, failure
+from distbridge.launch._worker_reports import Report, Worker, death, error_report, failure
 from distbridge.launch.pickling import SHORT_REPR
 from distbridge.launch.warm_start import (
     check_fork_is_safe,
@@ -50,6 +50,8 @@ __all__ = [
     "PEER_WINDOW_SECONDS",
     "START_METHODS",
     "VERDICT_SECONDS",
+    "check_spawn_options",
+    "positive_int",
     "run_workers",
 ]
 
@@ -65,6 +67,23 @@ VERDICT_SECONDS = 2.0
 _TICK_SECONDS = 1.0  # longest wait between checks, so a missed wake-up costs at most this
 _STACK_DUMP_SECONDS = 1.0  # time given to workers to print their stacks on a timeout
 _EXIT_SLACK_SECONDS = 1.0  # how much longer the parent waits than a worker's own exit watchdog
+
+
+def positive_int(name: str, value: object) -> int:
+    """``value``, a spawn option that must be an int >= 1."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
+    return value
+
+
+def check_spawn_options(start_method: str, join: bool) -> None:
+    """The checks of spawn's ``start_method`` and ``join`` for the backends started here."""
+    if start_method not in START_METHODS:
+        raise ValueError(f"start_method must be one of {START_METHODS}, got {start_method!r}.")
+    if join is not True:
+        raise ValueError(
+            "join=False is not supported: spawn supervises its workers until they end."
+        )
 
 
 def run_workers(
@@ -83,45 +102,27 @@ def run_workers(
     """Run ``target(i)`` in ``nprocs`` child processes and return their results in order.
 
     Args:
-        target: called as ``target(local_index)`` in each child; must be picklable unless
-            ``start_method`` is "fork" (see :func:`distbridge.launch.pickling.check_picklable`).
-        nprocs: how many processes to start.
-        rank_offset: the global rank of child ``i`` is ``rank_offset + i`` (used in messages).
-        start_method: "forkserver" (warm: a fork of a server that has imported torch, see
-            :mod:`distbridge.launch.warm_start`), "spawn" (a fresh interpreter per worker)
-            or "fork" (a copy of this process; not safe once CUDA or threads started).
-        job_timeout: seconds the whole job may take; None means no limit.
+        target: called as ``target(local_index)`` in each child; picklable unless
+            ``start_method`` is "fork".
+        rank_offset: the global rank of child ``i`` is ``rank_offset + i`` (for messages).
+        start_method: "forkserver" (a fork of the warm starter, see `warm_start`), "spawn"
+            (a fresh interpreter) or "fork" (a copy of this process).
+        job_timeout: seconds the whole job may take; None: no limit.
         grace_seconds: how long a stopped worker gets between SIGTERM and SIGKILL, and how
-            long a worker that reported may take to exit before it ends itself.
-        peer_window: seconds the other workers get, after the first failure, to report
-            (their reports are listed in the error) before they are stopped.
-        on_death: called as ``on_death(rank, summary)`` in the parent when a worker dies
-            without a report (a signal, ``os._exit``), e.g. to tell its peers.
-        output: which of the workers' streams go through the parent, line by line, with
-            a rank tag or a rank filter (see :mod:`distbridge.launch._output`); None: the
-            workers write to the parent's stdout and stderr themselves.
-        explain: ``explain(wait)`` gives the hang verdict from the workers' ledgers, asking
-            them for up to ``wait`` seconds (None: nothing to say); added to the error of a
-            failure and of the job timeout.
-
-    Returns:
-        The return values of ``target``, indexed by local rank.
+            long a worker that reported gets to exit.
+        peer_window: seconds the other workers get to report after the first failure.
+        on_death: ``on_death(rank, summary)`` for a worker that died without a report.
+        output: the workers' streams that go through the parent (see `_output`); None: raw.
+        explain: ``explain(wait)``: the hang verdict from the workers' ledgers (or None),
+            added to the error of a failure or of the job timeout.
 
     Raises:
-        ValueError: an argument is out of range.
-        DistributedError: the main script came from standard input and ``start_method`` is
-            not "fork" (see :func:`distbridge.launch._main_module.check_main_module`).
-        WorkerFailedError: a worker raised, exited without a result, exited with a non-zero
-            code or was killed by a signal. It names the first worker that failed other than
-            by `PeerFailed`, and lists what the others reported. Every worker was stopped.
-        SpawnTimeoutError: ``job_timeout`` passed; the workers' Python stacks were written to
-            their stderr and every worker was stopped.
-        KeyboardInterrupt: the parent got SIGINT; every worker was stopped.
-        SystemExit: the parent got SIGTERM (exit code 143); every worker was stopped.
+        WorkerFailedError: a worker raised or died; the error names the first that failed
+            by itself and lists what the others reported.
+        SpawnTimeoutError: ``job_timeout`` passed; the workers' stacks are in stderr.
+        KeyboardInterrupt, SystemExit: the parent got SIGINT or SIGTERM (exit code 143).
 
-    Note:
-        On Linux the children are SIGKILLed by the kernel if the thread that started them
-        dies, so a worker cannot outlive a parent that was killed with SIGKILL either.
+    Every worker is stopped (and reaped) before it returns or raises.
     """
     _validate(nprocs, rank_offset, start_method, job_timeout, grace_seconds)
     if not peer_window >= 0:
@@ -208,9 +209,9 @@ def _worker_main(
     index: int,
     conn: Connection,
     exit_seconds: float,
-    streams: dict[int, Connection] | None = None,
-    environ: dict[str, str] | None = None,
-    reports: str = "",
+    streams: dict[int, Connection],
+    environ: dict[str, str] | None,
+    reports: str,
 ) -> None:
     """Entry point of every child: set up, run ``target(index)``, send one report, and make
     sure the process ends within ``exit_seconds`` even if an ``atexit`` handler hangs.
@@ -221,7 +222,7 @@ def _worker_main(
     die_with_parent()
     if environ is not None:  # forked from the warm starter
         fresh_worker_state(environ)
-    redirect_output(streams or {})
+    redirect_output(streams)
     os.setpgrp()  # own process group: the parent stops us together with what we start
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # "fork" children inherit the parent's
@@ -230,9 +231,9 @@ def _worker_main(
     try:
         report = ("ok", target(index))
     except SystemExit as exc:
-        report = ("ok", None) if exc.code in (None, 0) else _error_report(exc)
+        report = ("ok", None) if exc.code in (None, 0) else error_report(exc)
     except BaseException as exc:
-        report = _error_report(exc)
+        report = error_report(exc)
     try:
         payload = pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
@@ -249,14 +250,6 @@ def _worker_main(
     faulthandler.dump_traceback_later(exit_seconds, exit=True)
     if environ is not None:  # forked from the warm starter: multiprocessing ends a forked
         atexit._run_exitfuncs()  # child without its atexit handlers; "spawn" runs them
-
-
-def _error_report(exc: BaseException) -> Report:
-    try:
-        message = str(exc)
-    except Exception:
-        message = "<str() of the exception failed>"
-    return ("error", traceback.format_exc(), type(exc).__name__, message)
 
 
 @dataclass

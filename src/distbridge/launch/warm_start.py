@@ -1,18 +1,12 @@
 """The warm starter: one fork server per process, with torch and distbridge already imported.
 
-The first job that starts its workers with the "forkserver" start method (``spawn``'s default)
-starts the server: a fresh interpreter that imports `PRELOAD` once and then waits. It never
-initializes CUDA, starts no process group and runs no user code, so forking it is safe even
-when the calling process has initialized CUDA (forking the caller itself would not be). Every
-worker of this job and of later jobs is a fork of that server: it starts in milliseconds
-instead of paying for a fresh interpreter and ``import torch``.
-
-Nothing of one job reaches the next: each worker is a new fork of the untouched server, and
-`fresh_worker_state` gives it the caller's environment variables as they are when the job
-starts (the server's copy dates from its own start) and new random seeds where a fork would
-share them. The server ends when the calling process ends (it reads EOF on a pipe that only the
-caller holds), and every worker dies with the server (``PR_SET_PDEATHSIG``); SIGUSR2, the
-report signal, leaves it running (`distbridge.launch._warm_server`).
+The first job that starts its workers with "forkserver" (``spawn``'s default) starts the
+server: a fresh interpreter that imports `PRELOAD` once and waits. It never initializes CUDA
+and runs no user code, so forking it is safe even where the caller has initialized CUDA, and
+a worker starts in milliseconds instead of paying for ``import torch``. Each worker is a new
+fork of the untouched server (`fresh_worker_state`), so nothing of one job reaches the next.
+The server ends with the calling process (EOF on a pipe only the caller holds), and every
+worker dies with the server (`die_with_parent`).
 """
 
 from __future__ import annotations
@@ -84,28 +78,19 @@ def fresh_worker_state(environ: Mapping[str, str]) -> None:
 
 def check_fork_is_safe() -> None:
     """ValueError where ``start_method="fork"`` would start workers that cannot use the
-    accelerator: this process has initialized CUDA (or XPU); the warm starter has not."""
-    initialized = _initialized_accelerator()
-    if initialized is not None:
-        raise ValueError(
-            f"start_method='fork' cannot start workers here: this process has initialized "
-            f"{initialized.upper()}, and a forked child cannot use it (torch: 'Cannot "
-            f"re-initialize {initialized.upper()} in forked subprocess'). Use "
-            "start_method='forkserver' (the default: workers fork from a server that never "
-            "touched the accelerator) or 'spawn', or start the job before the first "
-            f"{initialized.upper()} call."
-        )
-
-
-def _initialized_accelerator() -> str | None:
-    """The accelerator ("cuda", "xpu") this process has initialized, from torch's own flags
-    (no driver query); None when none is, or torch is not imported."""
+    accelerator: this process has initialized CUDA (or XPU), by torch's own flags (no driver
+    query); the warm starter has not."""
     torch = sys.modules.get("torch")
-    for kind in ("cuda", "xpu"):
-        is_initialized = getattr(getattr(torch, kind, None), "is_initialized", None)
+    for kind in ("CUDA", "XPU"):
+        is_initialized = getattr(getattr(torch, kind.lower(), None), "is_initialized", None)
         if is_initialized is not None and is_initialized():
-            return kind
-    return None
+            raise ValueError(
+                f"start_method='fork' cannot start workers here: this process has initialized "
+                f"{kind}, and a forked child cannot use it (torch: 'Cannot re-initialize {kind} "
+                "in forked subprocess'). Use start_method='forkserver' (the default: workers "
+                "fork from a server that never touched the accelerator) or 'spawn', or start "
+                f"the job before the first {kind} call."
+            )
 
 
 def die_with_parent() -> None:

@@ -7,9 +7,9 @@ with ``nproc_per_node=1`` the replica runs in the launcher itself, otherwise tor
 one process per device, all in the launcher's process group.
 
 ``xmp.spawn`` returns nothing, so each replica reports to a file of its own in a folder the
-parent owns: ``("ok", rank, value)`` or ``("error", rank, traceback, type name, message)``.
-A replica that raises while it has siblings in other processes stops the whole process
-group at once, so nobody waits in a collective for it.
+parent owns: ``(rank, report)``, with the report a spawn worker sends. A replica that raises
+while it has siblings in other processes stops the whole process group at once, so nobody
+waits in a collective for it.
 
 SIGUSR2 makes a replica write its hang report and go on. The parent passes it on to the
 launcher: the replica itself with ``nproc_per_node=1``; otherwise the launcher passes it on
@@ -24,7 +24,6 @@ import pickle
 import shutil
 import signal
 import tempfile
-import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,17 +32,15 @@ from typing import Any
 import torch
 
 from distbridge.errors import WorkerFailedError
-from distbridge.launch._joinable import Activate, MakeModel
+from distbridge.launch._joinable import Activate, JoinedCall, MakeModel
 from distbridge.launch._signals import leave_pid, passing_on, pids_left
-from distbridge.launch._worker_reports import sentence
+from distbridge.launch._worker_reports import Report, error_report, raised_error
 from distbridge.launch.pickling import check_picklable
-from distbridge.launch.supervisor import START_METHODS, run_workers
+from distbridge.launch.supervisor import check_spawn_options, positive_int, run_workers
 from distbridge.launch.warm_start import die_with_parent
-from distbridge.reliability.hang.signals import answer_report_signal, report_dir, report_on_signal
+from distbridge.reliability.hang.signals import answer_report_signal, report_dir
 
 __all__ = ["spawn_xla"]
-
-Report = tuple[Any, ...]
 
 
 def _cpu_values(value: Any) -> Any:
@@ -57,7 +54,7 @@ def _cpu_values(value: Any) -> Any:
     return _pytree.tree_map(move, value)
 
 
-def _write(folder: str, local: int, report: Report | bytes) -> None:
+def _write(folder: str, local: int, report: tuple[int, Report] | bytes) -> None:
     path = Path(folder, f"{local}.pkl")
     partial = path.with_suffix(".partial")
     data = report if isinstance(report, bytes) else pickle.dumps(report, pickle.HIGHEST_PROTOCOL)
@@ -66,15 +63,9 @@ def _write(folder: str, local: int, report: Report | bytes) -> None:
 
 
 @dataclass(frozen=True)
-class _Replica:
+class _Replica(JoinedCall):
     """What runs in every XLA replica: check the host, join, call ``fn``, report."""
 
-    make_model: MakeModel
-    activate: Activate
-    backend: str
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    kwargs: Mapping[str, Any]
     nproc: int
     folder: str
     launcher_pid: int = 0
@@ -91,9 +82,17 @@ class _Replica:
         try:
             if in_pool:
                 die_with_parent()
-            value = _cpu_values(self._run(xr))
+            devices = xr.local_device_count()
+            if devices != self.nproc:
+                raise ValueError(
+                    f"spawn got nproc_per_node={self.nproc}, but this host has {devices} XLA "
+                    f"device(s) and xmp.spawn runs one replica per device; pass "
+                    f"nproc_per_node={devices}, or limit the devices (TPU_VISIBLE_CHIPS, "
+                    "CPU_NUM_DEVICES, ...)."
+                )
+            value = _cpu_values(self.run())
             try:
-                payload = pickle.dumps(("ok", ordinal, value), protocol=pickle.HIGHEST_PROTOCOL)
+                payload = pickle.dumps((ordinal, ("ok", value)), protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as err:
                 raise TypeError(
                     f"its return value {type(value).__name__} cannot be pickled to send it to "
@@ -103,38 +102,10 @@ class _Replica:
             _write(self.folder, local, payload)
         except BaseException as exc:
             clean = isinstance(exc, SystemExit) and exc.code in (None, 0)  # as the native spawn
-            _write(
-                self.folder, local, ("ok", ordinal, None) if clean else _error_report(ordinal, exc)
-            )
+            _write(self.folder, local, (ordinal, ("ok", None) if clean else error_report(exc)))
             if in_pool and not clean:  # siblings in other processes may wait for us
                 os.killpg(os.getpgrp(), signal.SIGTERM)
             raise
-
-    def _run(self, xr: Any) -> Any:
-        devices = xr.local_device_count()
-        if devices != self.nproc:
-            raise ValueError(
-                f"spawn got nproc_per_node={self.nproc}, but this host has {devices} XLA "
-                f"device(s) and xmp.spawn runs one replica per device; pass "
-                f"nproc_per_node={devices}, or limit the devices (TPU_VISIBLE_CHIPS, "
-                "CPU_NUM_DEVICES, ...)."
-            )
-        model = self.make_model(self.backend)
-        report_on_signal(model)
-        with self.activate(model):
-            try:
-                return self.fn(model.get_local_rank(), *self.args, **self.kwargs)
-            finally:
-                if model.is_current():
-                    model.finalize()
-
-
-def _error_report(ordinal: int, exc: BaseException) -> Report:
-    try:
-        message = str(exc)
-    except Exception:
-        message = "<str() of the exception failed>"
-    return ("error", ordinal, traceback.format_exc(), type(exc).__name__, message)
 
 
 @dataclass(frozen=True)
@@ -176,23 +147,13 @@ def spawn_xla(
 
     Each replica joins as ``make_model(backend)`` and runs ``fn`` inside ``activate(model)``
     (see `distbridge.launch._joinable`)."""
-    if (
-        isinstance(nproc_per_node, bool)
-        or not isinstance(nproc_per_node, int)
-        or nproc_per_node < 1
-    ):
-        raise ValueError(f"nproc_per_node must be an int >= 1, got {nproc_per_node!r}.")
+    positive_int("nproc_per_node", nproc_per_node)
     if (nnodes, node_rank) != (1, 0):
         raise ValueError(
             f"spawn got nnodes={nnodes!r}, node_rank={node_rank!r}, but XLA takes the hosts from "
             "its runtime: run the same spawn on every host and drop nnodes and node_rank."
         )
-    if join is not True:
-        raise ValueError(
-            "join=False is not supported: spawn supervises its workers until they end."
-        )
-    if start_method not in START_METHODS:
-        raise ValueError(f"start_method must be one of {START_METHODS}, got {start_method!r}.")
+    check_spawn_options(start_method, join)
     if start_method != "fork":
         check_picklable(fn, args, kwargs_dict)
     folder = tempfile.mkdtemp(prefix="distbridge-xla-")
@@ -213,7 +174,8 @@ def spawn_xla(
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _read(folder: str, nproc: int) -> dict[int, Report]:
+def _read(folder: str, nproc: int) -> dict[int, tuple[int, Report]]:
+    """The replicas' reports, by local rank: ``(rank, report)``."""
     reports = {}
     for local in range(nproc):
         path = Path(folder, f"{local}.pkl")
@@ -221,28 +183,20 @@ def _read(folder: str, nproc: int) -> dict[int, Report]:
             try:
                 reports[local] = pickle.loads(path.read_bytes())
             except Exception as err:
-                reports[local] = ("error", local, "", "PicklingError",
-                                  f"its result could not be unpickled: {err}")  # fmt: skip
+                problem = f"its result could not be unpickled: {err}"
+                reports[local] = (local, ("error", "", "PicklingError", problem))
     return reports
 
 
 def _replica_failure(folder: str, nproc: int) -> WorkerFailedError | None:
     """The error of the first replica that failed, or None when none reported one."""
-    failed = [(local, r) for local, r in _read(folder, nproc).items() if r[0] == "error"]
+    failed = [(local, r) for local, r in _read(folder, nproc).items() if r[1][0] == "error"]
     if not failed:
         return None
-    local, (_, rank, worker_traceback, type_name, message) = min(
+    local, (rank, report) = min(
         failed, key=lambda item: os.stat(Path(folder, f"{item[0]}.pkl")).st_mtime_ns
     )
-    raised = f"{type_name}: {message}" if message else type_name
-    return WorkerFailedError(
-        f"{sentence(f'Worker rank {rank} (local rank {local}) raised {raised}')} The other "
-        f"workers were stopped.\n\nTraceback of rank {rank}:\n{worker_traceback}",
-        rank=rank,
-        local_rank=local,
-        exitcode=None,
-        worker_traceback=worker_traceback,
-    )
+    return raised_error(f"Worker rank {rank} (local rank {local})", rank, local, report)
 
 
 def _results(folder: str, nproc: int) -> list[Any]:
@@ -259,4 +213,4 @@ def _results(folder: str, nproc: int) -> list[Any]:
             local_rank=missing[0],
             exitcode=0,
         )
-    return [reports[local][2] for local in range(nproc)]
+    return [reports[local][1][1] for local in range(nproc)]
