@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return why.main(args.directory, args.store, args.wait, args.pid)
     from distbridge.cli import check
     from distbridge.cli._format import parse_sizes
-    from distbridge.cli.info import default_backend
+    from distbridge.models._accelerator import default_backend
 
     usage_error = args.usage_error
     if args.nproc is not None and args.nproc < 1:
@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sizes = parse_sizes(args.sizes)
     except ValueError as err:
         usage_error(str(err))
-    backend = args.backend or default_backend()
+    backend = args.backend or default_backend()  # torch's for this accelerator, else gloo
     options = check.CheckOptions(backend, sizes, args.iters, args.nproc, args.timeout)
     return check.main(options, args.json)
 

@@ -370,7 +370,4 @@ class DistributedProxySampler(DistributedSampler[Any]):
         while len(indices) < self.total_size:
             indices += list(self.sampler)
         indices = indices[: self.total_size]
-        mine = indices[self.rank : self.total_size : self.num_replicas]
-        if len(mine) != self.num_samples:  # pragma: no cover - guards the arithmetic above
-            raise RuntimeError(f"{len(mine)} indices instead of {self.num_samples}.")
-        return iter(mine)
+        return iter(indices[self.rank : self.total_size : self.num_replicas])

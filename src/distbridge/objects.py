@@ -16,6 +16,7 @@ each its own stretch of it, so in-place work on one never touches another.
 from __future__ import annotations
 
 import numbers
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -135,9 +136,7 @@ def _flatten(d: Mapping[str, Any]) -> tuple[list[str], torch.Tensor, torch.Tenso
             if value.layout != torch.strided:
                 raise TypeError(f"Value of {key!r} must be a dense tensor, got {value.layout}.")
             flat = value.detach().reshape(-1).cpu()
-            is_float = flat.dtype.is_floating_point
         elif isinstance(value, (numbers.Real, np.generic)) and not isinstance(value, str):
-            is_float = not isinstance(value, (numbers.Integral, np.bool_, bool))
             if isinstance(value, numbers.Integral) and not _INT64_MIN <= int(value) <= _INT64_MAX:
                 raise ValueError(f"Value of {key!r} does not fit in 64 bits: {value!r}.")
             flat = torch.tensor([value])
@@ -145,8 +144,16 @@ def _flatten(d: Mapping[str, Any]) -> tuple[list[str], torch.Tensor, torch.Tenso
             raise TypeError(f"Value of {key!r} must be a tensor or a number, got {value!r}.")
         if flat.dtype.is_complex:
             raise TypeError(f"Value of {key!r} is complex; reduce it with all_reduce instead.")
+        is_float = _is_float(value)
         (floats if is_float else ints).append(flat.to(torch.float64 if is_float else torch.int64))
     return keys, _cat(floats, torch.float64), _cat(ints, torch.int64)
+
+
+def _is_float(value: Any) -> bool:
+    """Whether ``value`` (a tensor or a number) is reduced as float64, else as int64."""
+    if isinstance(value, torch.Tensor):
+        return value.dtype.is_floating_point
+    return not isinstance(value, (numbers.Integral, np.bool_, bool))
 
 
 def _cat(parts: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
@@ -158,10 +165,8 @@ def _fingerprint(d: Mapping[str, Any], keys: list[str]) -> int:
     described = [
         (k, tuple(getattr(d[k], "shape", ())), isinstance(d[k], torch.Tensor)) for k in keys
     ]
-    digest = 0
-    for char in repr(described):
-        digest = (digest * 131 + ord(char)) % 65_521
-    return digest + 1  # < 2**16: the sums of marks and squares stay exact in float64
+    # below 2**16: the sums of marks and their squares stay exact in float64
+    return zlib.crc32(repr(described).encode()) % 65_521 + 1
 
 
 def _rebuild(
@@ -172,11 +177,7 @@ def _rebuild(
     for key in keys:
         value = d[key]
         n = value.numel() if isinstance(value, torch.Tensor) else 1
-        is_float = (
-            value.dtype.is_floating_point
-            if isinstance(value, torch.Tensor)
-            else not isinstance(value, (numbers.Integral, np.bool_, bool))
-        )
+        is_float = _is_float(value)
         if is_float:
             part, fi = floats[fi : fi + n], fi + n
         else:

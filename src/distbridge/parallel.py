@@ -67,8 +67,8 @@ class Parallel:
         init_method: str | None = None,
         **spawn_kwargs: Any,
     ) -> None:
-        if backend is not None and backend not in _api.available_backends():
-            _api.registry.for_backend(backend)  # raises, saying why and what is available
+        # the backend's model; an unknown or unavailable backend raises, saying why
+        model = _api.registry.for_backend(backend) if backend is not None else None
         spawn_only = {
             "nnodes": nnodes,
             "node_rank": node_rank,
@@ -106,7 +106,6 @@ class Parallel:
                 **spawn_kwargs,
             }
         if spawn_kwargs:
-            model = _api.registry.for_backend(backend) if backend is not None else None
             unknown = sorted(set(spawn_kwargs) - set(model.spawn_options if model else ()))
             if unknown or nproc_per_node is None:
                 known = ", ".join(model.spawn_options) if model else "none"

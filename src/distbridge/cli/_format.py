@@ -112,9 +112,8 @@ def format_info(report: Mapping[str, Any]) -> str:
     if not devices["cuda"]:
         lines.append("  cuda           none (torch.cuda.is_available() is False)")
     for gpu in devices["cuda"]:
-        gib = gpu["memory_bytes"] / (1 << 30)
         lines.append(
-            f"  cuda:{gpu['index']:<9} {gpu['name']}, {gib:.1f} GiB, "
+            f"  cuda:{gpu['index']:<9} {gpu['name']}, {_gib(gpu['memory_bytes'])}, "
             f"compute capability {gpu['capability']}"
         )
     return "\n".join(lines + _system_lines(report["system"], report["environment"]))

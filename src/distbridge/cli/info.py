@@ -26,7 +26,7 @@ from distbridge._registry import registry
 from distbridge.cli._format import format_info
 from distbridge.models import _accelerator
 
-__all__ = ["SCHEMA_VERSION", "collect", "default_backend", "main"]
+__all__ = ["SCHEMA_VERSION", "collect", "main"]
 
 SCHEMA_VERSION = 1
 
@@ -55,12 +55,6 @@ _LAUNCH_FIELDS = (
     "rank", "world_size", "local_rank", "local_world_size", "node_rank", "nnodes",
     "master_addr", "master_port",
 )  # fmt: skip
-
-
-def default_backend() -> str:
-    """The backend the CLI uses when none is given: torch's default for this process's
-    accelerator ("nccl" on CUDA, "xccl" on XPU, ...), else "gloo"."""
-    return _accelerator.default_backend()
 
 
 def main(as_json: bool) -> int:
@@ -166,9 +160,10 @@ def _detect(env: Mapping[str, str]) -> tuple[dict[str, Any] | None, list[str], s
 def _plan(
     launch: Mapping[str, Any] | None, error: str | None, env: Mapping[str, str]
 ) -> dict[str, Any]:
-    """What ``initialize(default_backend())`` would do here, mirroring ``models/native/init.py``."""
+    """What ``initialize()`` of the default backend (torch's for this process's accelerator)
+    would do here, mirroring ``models/native/init.py``."""
     plan: dict[str, Any] = {
-        "backend": default_backend(),
+        "backend": _accelerator.default_backend(),
         "rank": 0,
         "world_size": 1,
         "local_rank": 0,

@@ -49,11 +49,8 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
         ValueError: a SLURM variable is malformed or contradicts another; the message names it.
     """
     rank = read_int(env, "SLURM_PROCID")
-    if rank is None:
-        _warn_if_job_shell(env)
-        return None
-    step = _first_int(env, "SLURM_STEP_ID", "SLURM_STEPID")
-    if step is None:
+    step = None if rank is None else _first_int(env, "SLURM_STEP_ID", "SLURM_STEPID")
+    if rank is None or step is None:
         _warn_if_job_shell(env)
         return None
     size_key = _first_key(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
@@ -149,7 +146,7 @@ def _local_world_size(
 
 def _warn_if_job_shell(env: Mapping[str, str]) -> None:
     """Warn (once) when this looks like a batch or salloc shell of a multi-task job."""
-    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+    job = _first(env, "SLURM_JOB_ID", "SLURM_JOBID")
     ntasks = _first_int(env, "SLURM_NTASKS", "SLURM_NPROCS")
     if job and ntasks is not None and ntasks > 1:
         _warn_no_srun(job, ntasks)
