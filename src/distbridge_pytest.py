@@ -1,12 +1,9 @@
 """distbridge's pytest plugin: ``@pytest.mark.distbridge(nproc=4, backend="gloo")`` runs a
 test on every rank of a warm world (``distbridge.testing.warm_world``).
 
-Registered through the ``pytest11`` entry point, so it loads in every pytest session where
-distbridge is installed; it only registers the marker until a marked test runs. It is a
-top-level module, outside the ``distbridge`` package, because importing anything inside the
-package imports the facade and torch. This module imports nothing but pytest:
-the warm worlds (`distbridge.testing.warm_world`) are imported, and started, by the first
-marked test, and stopped when the session ends.
+Loaded through the ``pytest11`` entry point wherever distbridge is installed. It is a
+top-level module that imports nothing but pytest (importing the package would import torch):
+the warm worlds are imported and started by the first marked test, stopped at session end.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from distbridge.errors import DistributedError
 from distbridge.testing._protocol import Outcome
 from distbridge.testing._where import user_frame, where
 
-__all__ = ["RanksFailedError", "WorldRun"]
+__all__ = ["RanksFailedError", "WorldRun", "ranks_text"]
 
 _PEER_FAILED = "PeerFailed"
 
@@ -75,13 +75,13 @@ class WorldRun:
         if len(skipped) == len(self.outcomes) and not self.stopped and len(reasons) == 1:
             return next(iter(reasons))
         text = "; ".join(
-            f"skipped on {_ranks(ranks)} of {self.world}: {reason}"
+            f"skipped on {ranks_text(ranks)} of {self.world}: {reason}"
             for reason, ranks in reasons.items()
         )
         if self.stopped:
             were = "was" if len(self.stopped) == 1 else "were"
             text += (
-                f" ({_ranks(self.stopped)} still ran and {were} stopped, waiting for the "
+                f" ({ranks_text(self.stopped)} still ran and {were} stopped, waiting for the "
                 "skipped ranks: skip on every rank together with "
                 "distbridge.testing.skip_if_any_rank)"
             )
@@ -115,16 +115,14 @@ class WorldRun:
         """Every rank's part: tracebacks of the ranks that failed, stacks of those stopped."""
         first = self.first_failure()
         if self.timed_out or first is None:
-            ranks = ", ".join(str(rank) for rank in self.stopped)
-            plural = "s" if len(self.stopped) > 1 else ""
             places = ", ".join(
                 f"rank {rank} {place}" for rank, place in sorted(self._places().items())
             )
             head = (
                 f"{self.name} ran past its timeout of {self.timeout:g} s on {self.world}: "
-                f"rank{plural} {ranks} still running{f' ({places})' if places else ''}. Their "
-                "Python stacks follow (innermost call first): look there for where they wait, "
-                "or raise the timeout (@pytest.mark.distbridge(timeout=...))."
+                f"{ranks_text(self.stopped)} still running{f' ({places})' if places else ''}. "
+                "Their Python stacks follow (innermost call first): look there for where they "
+                "wait, or raise the timeout (@pytest.mark.distbridge(timeout=...))."
             )
             if self.verdict:
                 head += f"\nWhy, from every rank's collective ledger:\n{self.verdict}"
@@ -163,6 +161,6 @@ class WorldRun:
         return {rank: place for rank, place in places.items() if place is not None}
 
 
-def _ranks(ranks: list[int]) -> str:
+def ranks_text(ranks: list[int]) -> str:
     """``"rank 1"``, ``"ranks 1, 3"``."""
     return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"

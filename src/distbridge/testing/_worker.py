@@ -152,8 +152,9 @@ def _load_module(task: Task) -> ModuleType:
     """The test module, imported once per rank as the parent imported it (same name)."""
     sys.path[:0] = [entry for entry in task.sys_path if entry not in sys.path]
     module = sys.modules.get(task.module)
-    if module is not None and _same_file(getattr(module, "__file__", None), task.path):
-        return module
+    known = getattr(module, "__file__", None)
+    if isinstance(known, str) and os.path.realpath(known) == os.path.realpath(task.path):
+        return sys.modules[task.module]
     parent = task.module.rpartition(".")[0]
     if parent:  # so that relative imports work; a test directory need not be a package
         with contextlib.suppress(ImportError):
@@ -181,10 +182,6 @@ def _compile(path: Path) -> CodeType:
 
         rewrite_asserts(tree, source, str(path), None)
     return compile(tree, str(path), "exec", dont_inherit=True)
-
-
-def _same_file(a: Any, b: str) -> bool:
-    return isinstance(a, str) and os.path.realpath(a) == os.path.realpath(b)
 
 
 def _flush() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from distbridge._collectives import all_gather
+from distbridge.testing._report import ranks_text
 
 __all__ = ["skip_if_any_rank"]
 
@@ -36,8 +37,6 @@ def skip_if_any_rank(condition: bool, reason: str) -> None:
     if by_reason:
         pytest.skip(
             "; ".join(
-                f"{why} (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "
-                f"of {len(asked)})"
-                for why, ranks in by_reason.items()
+                f"{why} ({ranks_text(ranks)} of {len(asked)})" for why, ranks in by_reason.items()
             )
         )
