@@ -1,20 +1,12 @@
 """The TCP connections of this process's gloo communicators, and cutting them on a failure.
 
-Gloo has no abort: ``ProcessGroup.abort()`` and ``shutdown()`` do nothing for it (torch
-2.13), and ``destroy_process_group`` closes its sockets only if nothing else holds the group
-(DDP does, and so does a traceback's frame). A failing rank whose process lingers (a
-non-daemon thread, a hung ``atexit``) therefore kept its peers blocked in their collectives
-until it exited. Cutting its connections, ``shutdown(SHUT_RDWR)`` on each socket, ends them
-at once whoever holds the group, even in a forked child that inherited the descriptors: the
-peers' collectives fail with "Connection closed by peer", which fail-together turns into
-`PeerFailed`.
-
-Which sockets are the communicator's: those that appeared in this process while it was
-created (``Connections.opening`` around ``init_process_group`` or ``new_group``), connected
-(not the listener: gloo aborts the process when its listener fails), and not to or from the
-store's port (the store must keep working for the failure note). Found through
-``/proc/self/fd`` and ``/proc/net/tcp{,6}`` (Linux); elsewhere nothing is found and cutting
-does nothing.
+Gloo has no abort (``ProcessGroup.abort()`` and ``shutdown()`` do nothing for it), and
+``destroy_process_group`` closes nothing while DDP or a traceback holds the group, so a
+failing rank whose process lingers kept its peers blocked. ``shutdown(SHUT_RDWR)`` on each
+of its connections ends their collectives at once ("Connection closed by peer", which
+fail-together turns into `PeerFailed`). The connections are those that appeared while the
+communicator was created (`Connections.opening`), connected (not the listener: gloo aborts
+when it fails) and not to or from the store's port; found through ``/proc`` (Linux only).
 """
 
 from __future__ import annotations

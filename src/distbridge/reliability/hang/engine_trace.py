@@ -1,23 +1,12 @@
-"""The backend's own record of recent collectives in the hang verdict (torch's flight recorder).
+"""The engine's own record of collectives (torch's flight recorder) in the hang verdict.
 
-The ledger records distbridge's public collectives; some backends also record what their
-engine ran (torch.distributed's flight recorder, on gloo and NCCL). A model that has such a
-record gives its tail as plain data (``ModelContract.engine_trace``), each rank's hang
-report carries it, and the verdict adds what it says beyond the ledger:
-
-- for a rank that is behind, its last engine collective of the group and its state
-  (``rank 2 in torch's flight recorder: its last engine collective was gloo:all_reduce #3
-  of the world (completed).``): where a rank called torch.distributed directly, the ledger
-  never saw it;
-- for the ranks waiting in the collective, the engine's state of their last one (``ranks 0,
-  1 in torch's flight recorder: gloo:all_reduce #4 of the world is scheduled, not
-  completed.``), or that none is in flight (``no engine collective of the world in flight;
-  the last was gloo:all_reduce #4 (ended)``: the engine's timeout ended it, or what they
-  wait in is not the engine's, e.g. a timed barrier).
-
-The verdict's part is pure (plain data in, lines out), like
-`distbridge.reliability.hang.verdict`; `engine_part` reads a model's record for a report, and
-never fails for it.
+A model whose engine keeps one gives its tail as plain data (``ModelContract.engine_trace``),
+each rank's report carries it (`engine_part`, which never fails for it), and `engine_lines`
+adds what it says beyond the ledger: for a rank behind, its last engine collective of the
+group (a call made on torch.distributed directly is only there); for the ranks waiting,
+their engine's collective in flight, or that none is (the engine's timeout ended it, or
+what they wait in is not the engine's, e.g. a timed barrier). Pure, like
+`distbridge.reliability.hang.verdict`, but for `engine_part`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """Job cards: where a rank's job can be asked for its hang verdict, found by the rank's pid.
 
-Each rank that runs a hang reporter writes a small JSON card,
-``<tmp>/distbridge-<user>/cards/<pid>.json``, with its rank, the world size and the address
-(``host:port``) of the job's store, so that ``python -m distbridge why --pid PID`` can ask
-the running job without being told its MASTER_ADDR and MASTER_PORT. The pid may also be an
-ancestor of the ranks (``spawn``'s parent, torchrun's agent): the card of a rank below it is
-used. A card is removed when its process exits normally, and by ``spawn``'s parent when the
-job ends (a worker killed by a signal left its own). A card whose process is gone (or whose
-pid now belongs to another process: the card holds the process's start time) is stale: the
-next job and every ``why`` remove such cards, and no reader ever uses one. Nothing but this
-JSON is read back.
+Each rank that runs a hang reporter writes ``<tmp>/distbridge-<uid>/cards/<pid>.json`` with
+its rank, the world size and the job store's ``host:port``, so that ``python -m distbridge
+why --pid PID`` can ask the job; the pid may also be an ancestor of the ranks (``spawn``'s
+parent, torchrun's agent). A card is removed when its process exits normally, and by
+``spawn``'s parent when the job ends; one whose process is gone, or whose pid was reused
+(the card holds the process's start time), is stale: never read, and removed by the next
+job and every ``why``.
 """
 
 from __future__ import annotations

@@ -1,29 +1,15 @@
-"""Every rank's ledger and whereabouts through the job's store, for the hang verdict.
+"""Each rank's hang report, and the `Reporter` thread that publishes it through the job's store.
 
-A `Reporter` is a daemon thread per rank. Every half second it
-
-- publishes this rank's ledger (its last entries per group) under ``hang/ledger/<rank>``
-  when it changed (and once more at ``finalize``), so that a rank that can no longer answer
-  (killed, or stuck in C while holding the GIL) is still described by what it last
-  published, with the path of the file faulthandler writes if the process dies of a signal
-  (``"fault"``: `distbridge.reliability.hang.stacks.died_in` reads it);
-- answers verdict requests: ``hang/requests`` counts them, and request ``n`` is answered
-  under ``hang/<n>/<rank>`` with the ledger and where the main thread is now.
-
-With ``DISTBRIDGE_HANG_DIR`` set, each rank also writes its report to
-``<dir>/rank<r>.json`` whenever its ledger changed, and where it is every few seconds while
-its ledger stands still (a rank stuck for good is described there even when the job is
-gone): `distbridge.reliability.hang.collect` reads them back.
-
-A model whose engine keeps its own record of collectives (torch's flight recorder) passes
-its ``engine_trace``: reports then carry its tail under ``"engine"`` (see
-`distbridge.reliability.hang.engine_trace`). Reading it costs a dump of the whole record (tens of
-milliseconds), so it is read for answers and dumps only, and for the dump file only while
-the ledger stands still, once per ledger version (`ENGINE_REFRESH_SECONDS` at most).
-
-Asking the ranks and reading their reports back is `distbridge.reliability.hang.collect`.
-Keys live on the job's root store (see `fail_together.job_root`), so ``spawn``'s parent,
-which hosts it, can ask too. Values are JSON: nothing received is unpickled or evaluated.
+Every half second a rank's reporter publishes its ledger's tail under ``hang/ledger/<rank>``
+when it changed (and at ``finalize``), with the path of its fault dump (`stacks.died_in`):
+a rank that can no longer answer (killed, or stuck in C holding the GIL) is still described.
+It answers verdict request ``n`` (``hang/requests`` counts them) under ``hang/<n>/<rank>``
+with its ledger, where its main thread is, and its engine's record. With
+``DISTBRIDGE_HANG_DIR`` set it also writes its report to ``<dir>/rank<r>.json`` when the
+ledger changed, and every `REWRITE_SECONDS` while it stands still. The engine's record
+costs tens of milliseconds to read, so it is read for answers and that file only, once per
+ledger version (again after `ENGINE_REFRESH_SECONDS`). Keys live on the job's root store
+(`fail_together.job_root`), where ``spawn``'s parent can ask too; values are JSON.
 """
 
 from __future__ import annotations

@@ -1,34 +1,25 @@
 """The hang verdict on a signal: SIGTERM while a collective hangs, and SIGUSR2 on demand.
 
-Installed by ``initialize`` in a job of more than one rank (`watch_signals`), undone by
-``finalize`` (`unwatch_signals`):
+`watch_signals` (``initialize``, in the main thread of a job of two ranks or more) installs
+them and `unwatch_signals` (``finalize``) removes them:
 
-- **SIGTERM** (a launcher stopping the job: torchrun's agent when another rank died, SLURM's
-  ``scancel``, Kubernetes): when this rank is in a collective that has not returned, or the
-  last one raised, it writes the hang verdict from every rank's ledger to stderr first, then
-  ends as SIGTERM would have ended it. Installed only where SIGTERM still has its default
-  action (a handler of the user's or the launcher's is left alone).
-- **SIGUSR2**, the report signal: this rank writes its report (its ledger, where its main
-  thread is with the stack, its engine's record where it has one) to ``<dir>/rank<r>.json``,
-  says so on stderr, and goes on; ``python -m distbridge why DIR`` gives the verdict. The
-  folder is ``DISTBRIDGE_HANG_DIR``, else `report_dir` of the process that started the
-  ranks. Installed where SIGUSR2 has its default action or a Python handler (which is then
-  called after the report: a stop request of the user's, say), never over SIG_IGN. Not
-  SIGUSR1: the warm worlds register faulthandler's stack dump on it, and a C-level
-  registration cannot be seen from Python, so the two would replace each other.
+- **SIGTERM** (a launcher stopping the job), for a model that fails together (it can ask its
+  peers), only where SIGTERM has its default action: when this rank's last collective of a
+  group has not returned, or raised, it writes the hang verdict to stderr, then ends.
+- **SIGUSR2**: this rank writes its report to ``<dir>/rank<r>.json`` (``DISTBRIDGE_HANG_DIR``,
+  else `report_dir` of the process that started the ranks), says so on stderr, and goes on.
+  A Python handler already there is called after it; an ignored SIGUSR2 stays ignored. Not
+  SIGUSR1: the warm worlds register faulthandler's stack dump on it in C, unseen from Python.
 
-The processes distbridge starts (``spawn``'s workers, the warm worlds' ranks, Horovod's and
-XLA's workers) answer SIGUSR2 from their start to their end (`answer_report_signal`), and
-report the ledger of the model they join (`report_on_signal`).
+The processes distbridge starts answer SIGUSR2 from their start to their end
+(`answer_report_signal`) and report the model they join (`report_on_signal`).
 
-A collective that hangs holds the main thread inside a C call, where Python runs no signal
-handler. So the C-level handler's wake-up byte (`signal.set_wakeup_fd`) wakes a thread of
-this module, which does the work while the main thread is stuck. A SIGTERM handled there
-ends the process with ``os._exit(128 + SIGTERM)`` (exit status 143; a thread cannot restore
-the default action); outside a collective, the main thread's handler gets a second first,
-and ends the process by the signal itself. Where the wake-up descriptor is taken (an
-asyncio loop in the main thread), only the handler in the main thread remains: it answers
-once the collective returns (the process group's timeout at the latest).
+A hung collective holds the main thread in a C call, where Python runs no handler, so the
+C handler's wake-up byte (`signal.set_wakeup_fd`) wakes a thread of this module, which does
+the work; a SIGTERM handled there ends the process with ``os._exit(143)`` (outside a
+collective the main thread's handler gets a second first, and ends it by the signal).
+Where the wake-up descriptor is taken (an asyncio loop), only the main thread's handler
+answers, once the collective returns.
 """
 
 from __future__ import annotations

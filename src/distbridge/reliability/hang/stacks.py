@@ -1,15 +1,11 @@
 """Python stack dumps (faulthandler, every thread), and a watcher that dumps on request.
 
-A hung job is diagnosed by where each rank is stuck. ``dump`` writes this process's
-stacks to the ``distbridge`` logger (WARNING; without logging configured, Python prints
-it on stderr), without distbridge's own daemon threads. A ``StackWatcher`` is a daemon
-thread that polls the coordination store once a second and dumps this rank's stacks when
-another rank asks (``request``): the rank whose barrier timed out, or one that called
-``distbridge.dump_stacks()``.
-
-A process that dies of a signal (gloo aborts a rank that receives another size than it
-expects) runs no Python: `enable_fault_dump` has faulthandler write every thread's stack to
-a file then, and `died_in` reads from it which collective the main thread was in.
+`dump` writes this process's stacks, but for distbridge's own threads, to the ``distbridge``
+logger (WARNING). A `StackWatcher` polls the coordination store once a second and dumps this
+rank's stacks when another rank asks (`StackWatcher.request`: a timed barrier that timed
+out, ``distbridge.dump_stacks()``); it and the hang reporter are `StoreThread`s, stopped at
+exit. A process that dies of a signal runs no Python: `enable_fault_dump` has faulthandler
+write every thread's stack to a file then, and `died_in` reads which collective it was in.
 """
 
 from __future__ import annotations
