@@ -146,7 +146,6 @@ class OutputRelay:
         self._sources: list[_Source] = []
         self._thread: threading.Thread | None = None
         self._stop_read, self._stop_write = os.pipe()
-        self._lock = threading.Lock()
 
     def pipes(self, rank: int, new_pipe: Any) -> dict[int, Connection]:
         """The write ends to give worker ``rank`` (see `redirect_output`), by descriptor;
@@ -198,25 +197,21 @@ class OutputRelay:
                     except OSError:
                         data = b""
                     if data:
-                        self._receive(source, data)
+                        lines, source.pending = split_lines(source.pending, data)
+                        self._write(source, lines)
                     else:
                         selector.unregister(source.conn.fileno())
                         open_sources -= 1
 
-    def _receive(self, source: _Source, data: bytes) -> None:
-        lines, source.pending = split_lines(source.pending, data)
-        if lines:
-            self._write(source, lines)
-
     def _write(self, source: _Source, lines: list[bytes]) -> None:
-        if self.plan.ranks is not None and source.rank not in self.plan.ranks:
+        if not lines or (self.plan.ranks is not None and source.rank not in self.plan.ranks):
             return
         prefix = self.plan.prefix(source.rank)
         data = b"".join(prefix + line for line in lines)
         stream = sys.stdout if source.fd == 1 else sys.stderr
         if stream is None:
             return
-        with self._lock, contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError):
             binary = getattr(stream, "buffer", None)
             stream.flush()  # the parent's own text first
             if binary is not None:

@@ -71,7 +71,7 @@ def failure(
 ) -> WorkerFailedError:
     """The error naming the first worker that failed by itself (not by `PeerFailed`), with
     the hang ``verdict`` from the workers' ledgers when there is one."""
-    first = next((w for w in failed if not _is_peer_failed(w)), failed[0])
+    first = next((w for w in failed if not w.report or w.report[2] != "PeerFailed"), failed[0])
     reports = {w.rank: _outcome(w) for w in workers if w is not first and _has_ended(w)}
     own = first.report is not None and first.report[2] == "CollectiveTimeout"  # a better one
     ledgers = "" if own or not verdict else f"\n\nFrom the ranks' collective ledgers:\n{verdict}"
@@ -166,11 +166,6 @@ def sentence(text: str) -> str:
     """``text`` ended with a full stop, unless it already ends with one (or "!", "?"): a
     message that ends with ``[1.0, 2.0].`` must not read ``[1.0, 2.0]..``."""
     return text if text.rstrip().endswith((".", "!", "?")) else f"{text}."
-
-
-def _is_peer_failed(worker: Worker) -> bool:
-    report = worker.report
-    return report is not None and report[0] == "error" and report[2] == "PeerFailed"
 
 
 def _has_ended(worker: Worker) -> bool:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
-import importlib
 import json
 import os
 import re
@@ -27,6 +26,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import cloudpickle
 
 from distbridge.errors import PicklingError, SpawnTimeoutError, WorkerFailedError
 from distbridge.launch._joinable import Activate, JoinedCall, MakeModel
@@ -147,13 +148,12 @@ def spawn_horovod(
         raise ValueError(f"job_timeout must be a number of seconds > 0, got {job_timeout!r}.")
     import horovod
 
-    cloudpickle = importlib.import_module("cloudpickle")  # horovod.run's own serializer
     reports = report_dir(os.getpid())
     worker = _HorovodWorker(
         make_model, activate, "horovod", fn, tuple(args), dict(kwargs_dict), job_timeout, reports
     )
     try:
-        cloudpickle.dumps(worker)
+        cloudpickle.dumps(worker)  # horovod.run's own serializer
     except Exception as err:
         raise PicklingError(
             f"spawn('horovod') cannot send {fn!r} or its arguments to the workers: "
