@@ -83,9 +83,15 @@ def failure(
     lead = f"{sentence(culprit)}\n" if culprit else ""
     if first.report is not None:
         return raised_error(
-            first.describe(), first.rank, first.index, first.report, reports,
-            lead=lead, ledgers=ledgers, short=bool(culprit),
-        )  # fmt: skip
+            first.rank,
+            first.index,
+            first.report,
+            reports,
+            who=first.describe(),
+            lead=lead,
+            ledgers=ledgers,
+            short=bool(culprit),
+        )
     exitcode = first.process.exitcode or 0
     if exitcode == REIMPORT_EXIT_CODE:
         summary = f"{first.describe()} exited while starting: {REIMPORT_PROBLEM}."
@@ -102,19 +108,20 @@ def failure(
 
 
 def raised_error(
-    who: str,
     rank: int,
     local_rank: int,
     report: Report,
     peer_reports: Mapping[int, str] | None = None,
     *,
+    who: str = "",
     lead: str = "",
     ledgers: str = "",
     short: bool = False,
 ) -> WorkerFailedError:
-    """The error for worker ``who`` ("Worker rank 1 (local rank 1)"), whose error ``report``
-    says what it raised, with what the others reported and its traceback (see `_traceback`
-    for ``short``)."""
+    """The error for the worker (``who``, default "Worker rank 1 (local rank 1)") whose
+    error ``report`` says what it raised, with what the others reported and its traceback
+    (see `_traceback` for ``short``)."""
+    who = who or f"Worker rank {rank} (local rank {local_rank})"
     _, worker_traceback, type_name, message = report
     raised = f"{type_name}: {message}" if message else type_name
     return WorkerFailedError(
@@ -196,7 +203,7 @@ def death(worker: Worker) -> str:
 
 
 def signal_name(number: int) -> str:
-    """ "SIGKILL", or "number 99" for a number that names no signal."""
+    """The signal's name ("SIGKILL"), or "number 99" for a number that names no signal."""
     try:
         return signal.Signals(number).name
     except ValueError:

@@ -196,8 +196,7 @@ def _failure(
         rank = int(first["rank"])
         report = ("error", first["traceback"], first["type"], first["message"])
         reports = {int(r["rank"]): _one_line(r) for r in records if r is not first}
-        who = f"Worker rank {rank} (local rank {rank % nproc})"
-        return raised_error(who, rank, rank % nproc, report, reports)
+        return raised_error(rank, rank % nproc, report, reports)
     if job_timeout is not None and elapsed >= job_timeout:
         return SpawnTimeoutError(
             f"The job ran past its job_timeout of {job_timeout} s and every worker was stopped "

@@ -150,9 +150,16 @@ def spawn_native(
     if init_method is not None:
         init_kwargs["init_method"] = init_method
     worker = _NativeWorker(
-        make_model, activate, backend, fn, tuple(args), dict(kwargs_dict), env, node_rank * nproc,
+        make_model,
+        activate,
+        backend,
+        fn,
+        tuple(args),
+        dict(kwargs_dict),
+        env,
+        node_rank * nproc,
         init_kwargs,
-    )  # fmt: skip
+    )
     on_death = None if store is None else functools.partial(_tell_peers, store, world_size)
     explain = None if store is None else functools.partial(_job_verdict, store, world_size)
     try:

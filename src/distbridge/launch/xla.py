@@ -196,7 +196,7 @@ def _replica_failure(folder: str, nproc: int) -> WorkerFailedError | None:
     local, (rank, report) = min(
         failed, key=lambda item: os.stat(Path(folder, f"{item[0]}.pkl")).st_mtime_ns
     )
-    return raised_error(f"Worker rank {rank} (local rank {local})", rank, local, report)
+    return raised_error(rank, local, report)
 
 
 def _results(folder: str, nproc: int) -> list[Any]:
