@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import distbridge as idist
 from distbridge import _state
-from distbridge.algorithms.c10d_rules import NO_BITWISE, backend_op, c10d_op
+from distbridge.algorithms.c10d_rules import NO_BITWISE, backend_op
 from distbridge.models.native import ops
 from tests.differential import tensor_cases as tc
 from tests.distributed import bitwise_targets
@@ -58,7 +58,11 @@ def test_nccl_folds_the_bitwise_ops_and_gloo_runs_them(dtype: torch.dtype, op: s
 @pytest.mark.parametrize("dtype", list(tc.DTYPES.values()), ids=str)
 @pytest.mark.parametrize("op", ["SUM", "PRODUCT", "MIN", "MAX", "AVG"])
 def test_nccl_runs_every_other_op_as_c10d_does(dtype: torch.dtype, op: str) -> None:
-    assert backend_op("nccl", dtype, op) == backend_op("gloo", dtype, op) == c10d_op(dtype, op)
+    assert (
+        backend_op("nccl", dtype, op)
+        == backend_op("gloo", dtype, op)
+        == backend_op(None, dtype, op)
+    )
 
 
 # ---- the route, on a gloo world of one that refuses bitwise ops as NCCL does ------------------

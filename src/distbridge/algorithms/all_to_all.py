@@ -45,10 +45,12 @@ def all_to_all(
         if views is not None:
             return views
     rows = [shape_rows.row(t) for t in tensors]
+    # the caller vouches for the shapes with same_shape: no exchange
+    table = None if same_shape else shape_rows.exchange(model, rows, resolved)
     mine_bad = [i for i, r in enumerate(rows) if r[0] == shape_rows.BAD]
-    if same_shape:  # the caller vouches for the shapes: no exchange
-        if mine_bad:
-            raise TypeError(shape_rows.why_bad(tensors[mine_bad[0]], f"tensors[{mine_bad[0]}]"))
+    if mine_bad:
+        raise TypeError(shape_rows.why_bad(tensors[mine_bad[0]], f"tensors[{mine_bad[0]}]"))
+    if table is None:
         if any(r != rows[0] for r in rows):
             found = sorted({(str(t.dtype), tuple(t.shape)) for t in tensors})
             raise ValueError(
@@ -58,9 +60,6 @@ def all_to_all(
         dtype = tensors[0].dtype
         sent = received = [tuple(tensors[0].shape)] * size
     else:
-        table = shape_rows.exchange(model, rows, resolved)  # [sender, receiver, row]
-        if mine_bad:
-            raise TypeError(shape_rows.why_bad(tensors[mine_bad[0]], f"tensors[{mine_bad[0]}]"))
         dtype, shapes = shape_rows.decode(table)  # row j * size + k: what j sends to k
         sent = shapes[me * size : (me + 1) * size]  # any number of dims in each
         received = shapes[me::size]

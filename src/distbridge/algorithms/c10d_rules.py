@@ -13,27 +13,19 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["NO_BITWISE", "backend_op", "c10d_op"]
+__all__ = ["NO_BITWISE", "backend_op"]
 
 #: The c10d backends that have no bitwise reduction (torch refuses ReduceOp.BAND / BOR there
 #: before communicating).
 NO_BITWISE = frozenset(("nccl",))
 
 
-def c10d_op(dtype: torch.dtype, op: str) -> str | None:
-    """The canonical op c10d runs for ``op`` on tensors of ``dtype``; None where c10d has
-    none and the reduction must be folded (complex PRODUCT)."""
+def backend_op(backend: str | None, dtype: torch.dtype, op: str) -> str | None:
+    """The canonical op c10d backend ``backend`` (e.g. "gloo", "nccl"; None: c10d's own rule)
+    runs for ``op`` on tensors of ``dtype``; None where it has none and the reduction must be
+    folded: a complex PRODUCT on every backend, AND / OR on NCCL."""
     if op == "PRODUCT" and dtype.is_complex:
         return None
-    if op == "SUM" and dtype is torch.bool:
-        return "MAX"
-    return op
-
-
-def backend_op(backend: str | None, dtype: torch.dtype, op: str) -> str | None:
-    """The canonical op c10d backend ``backend`` (e.g. "gloo", "nccl") runs for ``op`` on
-    tensors of ``dtype``; None where it has none and the reduction must be folded: a complex
-    PRODUCT on every backend, AND / OR on NCCL. None for ``backend``: c10d's own rule."""
     if backend in NO_BITWISE and op in ("AND", "OR"):
         return None
-    return c10d_op(dtype, op)
+    return "MAX" if op == "SUM" and dtype is torch.bool else op

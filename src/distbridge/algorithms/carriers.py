@@ -30,15 +30,9 @@ __all__ = [
 ]
 
 UNCARRIED_BY_C10D: frozenset[torch.dtype] = frozenset(
-    d
-    for d in (torch.int16, getattr(torch, "uint16", None), getattr(torch, "uint32", None),
-              getattr(torch, "uint64", None))
-    if d is not None
-)  # fmt: skip
-
-_WIDER = {torch.int16: torch.int32}
-if hasattr(torch, "uint16"):
-    _WIDER.update({torch.uint16: torch.int32, torch.uint32: torch.int64})
+    (torch.int16, torch.uint16, torch.uint32, torch.uint64)
+)
+_WIDER = {torch.int16: torch.int32, torch.uint16: torch.int32, torch.uint32: torch.int64}
 _SIGN_BIT = -(2**63)
 
 #: the float dtypes whose MIN and MAX go through `ordered_carrier`

@@ -52,16 +52,10 @@ NUMBER_KINDS = frozenset((KIND_INT, KIND_FLOAT, KIND_BOOL))
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
-_DTYPES: tuple[torch.dtype, ...] = tuple(
-    d
-    for d in (
-        torch.float32, torch.float64, torch.float16, torch.bfloat16,
-        torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool,
-        torch.complex64, torch.complex128,
-        getattr(torch, "uint16", None), getattr(torch, "uint32", None),
-        getattr(torch, "uint64", None),
-    )
-    if d is not None
+_DTYPES: tuple[torch.dtype, ...] = (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16,
+    torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool,
+    torch.complex64, torch.complex128, torch.uint16, torch.uint32, torch.uint64,
 )  # fmt: skip
 _DTYPE_CODES = {d: i for i, d in enumerate(_DTYPES)}
 

@@ -96,18 +96,14 @@ class GroupCache:
         outside it. Lists and tuples of ranks go through the cache."""
         if group is None:
             return None
-        if isinstance(group, (list, tuple, range)):
-            if len(group) == 0:  # as torch's and ignite's: a group no rank belongs to
-                return self.NOT_A_MEMBER
-            resolved = self.get(group)
-        elif is_mesh(group):
+        if isinstance(group, (list, tuple, range)) and len(group) == 0:
+            return self.NOT_A_MEMBER  # as torch's and ignite's: a group no rank belongs to
+        if isinstance(group, (list, tuple, range)) or is_mesh(group):
             resolved = self.get(group)  # type: ignore[arg-type]
         else:
             self._model.check_group(group)
             resolved = group
-        if self._model.group_rank(resolved) < 0:
-            return self.NOT_A_MEMBER
-        return resolved
+        return self.NOT_A_MEMBER if self._model.group_rank(resolved) < 0 else resolved
 
     def get(self, ranks: Sequence[int], **kwargs: Any) -> Any:
         """The cached group of ``ranks`` with ``kwargs``, created on first use; ``[]`` for no

@@ -244,13 +244,18 @@ def scatter(model: ModelContract, tensors: Any, src: int, group: Any, out: Any =
     device = tensors[me].device if is_src else model.device()
     out = torch.empty(length, dtype=dtype, device=model.collective_device())
     chunks = [_flat_padded(t, length).to(out.device) for t in tensors] if is_src else None
-    if dtype in model.uncarried_dtypes:
-        raw = [byte_view.as_bytes(c) for c in chunks] if chunks else None
-        got = model.do_scatter(raw, byte_view.as_bytes(out), src, resolved)
-        got = byte_view.from_bytes(got, dtype, (length,))
-    else:
-        got = model.do_scatter(chunks, out, src, resolved)
-    return _cut(got, shapes[me]).to(device)
+    return _cut(_do_scatter(model, chunks, out, src, resolved), shapes[me]).to(device)
+
+
+def _do_scatter(
+    model: ModelContract, chunks: list[torch.Tensor] | None, out: torch.Tensor, src: int, group: Any
+) -> torch.Tensor:
+    """The backend's scatter into placed ``out``, as bytes where it lacks ``out``'s dtype."""
+    if out.dtype not in model.uncarried_dtypes:
+        return model.do_scatter(chunks, out, src, group)
+    raw = [byte_view.as_bytes(c) for c in chunks] if chunks is not None else None
+    got = model.do_scatter(raw, byte_view.as_bytes(out), src, group)
+    return byte_view.from_bytes(got, out.dtype, tuple(out.shape))
 
 
 def _scatter_into(
@@ -268,14 +273,10 @@ def _scatter_into(
     work = model.to_placement(out)
     # The chunks go where the receiving tensor is: gloo scatters CUDA tensors only into CUDA.
     chunks = [t.to(work.device).contiguous() for t in tensors] if tensors is not None else None
-    if out.dtype in model.uncarried_dtypes:
-        raw = [byte_view.as_bytes(c) for c in chunks] if chunks else None
-        got = model.do_scatter(raw, byte_view.as_bytes(work), src, group)
-        got = byte_view.from_bytes(got, out.dtype, tuple(out.shape))
-    else:
-        got = model.do_scatter(chunks, work, src, group)
-        if group is None and work is out and problem is None:  # went as it was: see scatter_known
-            model.fast_scatter.remember(out)
+    got = _do_scatter(model, chunks, work, src, group)
+    carried = out.dtype not in model.uncarried_dtypes
+    if group is None and work is out and carried and problem is None:  # went as it was
+        model.fast_scatter.remember(out)  # see scatter_known
     if problem is not None:
         raise problem
     return write_back(out, got)

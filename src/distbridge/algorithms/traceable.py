@@ -116,6 +116,16 @@ def _sendable(model: ModelContract, x: torch.Tensor) -> torch.Tensor:
     return byte_view.as_bytes(x.clone(memory_format=torch.contiguous_format))
 
 
+def _received(
+    model: ModelContract, got: torch.Tensor, dtype: torch.dtype, shape: Any
+) -> torch.Tensor:
+    """What a functional collective gave back (its bytes where it moved them) as a tensor of
+    ``dtype`` and ``shape``."""
+    if _as_bytes(model, dtype):
+        return byte_view.from_bytes(got, dtype, tuple(shape))
+    return got.view(shape)
+
+
 def _write(x: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
     """``result`` written into ``x``, through a view: a compiled ``copy_`` straight into a
     0-d float64 input is lost (aot_eager and inductor, torch 2.13)."""
@@ -155,9 +165,7 @@ def all_gather(model: ModelContract, x: torch.Tensor, group: Any) -> torch.Tenso
     x = x.unsqueeze(0) if x.dim() == 0 else x
     size = model.group_size(resolved)
     out = funcol.all_gather_tensor(_sendable(model, x), 0, _process_group(resolved))
-    if _as_bytes(model, x.dtype):
-        out = byte_view.from_bytes(out, x.dtype, (size * x.shape[0], *x.shape[1:]))
-    return out
+    return _received(model, out, x.dtype, (size * x.shape[0], *x.shape[1:]))
 
 
 def broadcast(model: ModelContract, x: torch.Tensor, src: int, group: Any) -> torch.Tensor:
@@ -172,9 +180,7 @@ def broadcast(model: ModelContract, x: torch.Tensor, src: int, group: Any) -> to
     out = funcol.broadcast(sent, root, _process_group(resolved))
     if model.get_rank() == src:
         return x
-    if _as_bytes(model, x.dtype):
-        out = byte_view.from_bytes(out, x.dtype, tuple(x.shape))
-    return _write(x, out)
+    return _write(x, _received(model, out, x.dtype, x.shape))
 
 
 def gather(model: ModelContract, x: torch.Tensor, dst: int, group: Any) -> list[Any]:
@@ -215,8 +221,7 @@ def scatter(model: ModelContract, tensors: Any, src: int, group: Any, out: Any) 
     ins = [n if is_src else 0] * size
     outs = [n if j == root else 0 for j in range(size)]
     got = funcol.all_to_all_single(sent, outs, ins, _process_group(resolved))
-    got = byte_view.from_bytes(got, out.dtype, tuple(out.shape)) if in_bytes else got
-    return _write(out, got.view(out.shape))
+    return _write(out, _received(model, got, out.dtype, out.shape))
 
 
 def reduce_scatter(model: ModelContract, x: torch.Tensor, op: str, group: Any) -> Any:
@@ -243,9 +248,6 @@ def all_to_all(model: ModelContract, tensors: Any, group: Any) -> list[torch.Ten
     x = tensors if single else torch.stack(list(tensors))
     if single:
         shape_rows.check_equal_chunks("all_to_all of one tensor", x, size, "")
-    sent = _sendable(model, x)
-    got = funcol.all_to_all_single(sent, None, None, _process_group(resolved))
-    if _as_bytes(model, x.dtype):
-        got = byte_view.from_bytes(got, x.dtype, tuple(x.shape))
-    got = got.view(x.shape)
+    got = funcol.all_to_all_single(_sendable(model, x), None, None, _process_group(resolved))
+    got = _received(model, got, x.dtype, x.shape)
     return got if single else list(got.unbind(0))
