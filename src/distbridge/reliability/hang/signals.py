@@ -12,7 +12,8 @@ them and `unwatch_signals` (``finalize``) removes them:
   SIGUSR1: the warm worlds register faulthandler's stack dump on it in C, unseen from Python.
 
 The processes distbridge starts answer SIGUSR2 from their start to their end
-(`answer_report_signal`) and report the model they join (`report_on_signal`).
+(`answer_report_signal`); there `watch_signals` only points it at the model they join
+(`report_on_signal`) and installs no SIGTERM handler (their launcher stops them itself).
 
 A hung collective holds the main thread in a C call, where Python runs no handler, so the
 C handler's wake-up byte (`signal.set_wakeup_fd`) wakes a thread of this module, which does
