@@ -105,22 +105,21 @@ def gather(
     if not isinstance(x, torch.Tensor):
         everything = gather_values(model, x, resolved)
         return everything if is_dst else []
-    if same_shape:  # the caller vouches for the shapes: no exchange, nothing to trim
-        if shape_rows.row(x)[0] == shape_rows.BAD:
-            raise TypeError(shape_rows.why_bad(x, "gather's tensor"))
-        if x.dtype not in model.uncarried_dtypes:
-            work = model.to_placement(x)
-            parts = model.do_gather(work, dst, resolved)
-            if resolved is None and work is x:  # went as it was: see gather_known
-                model.fast_gather.remember(x)
-            if not is_dst or parts is None:
-                return []
-            return parts if parts[0].device == x.device else [p.to(x.device) for p in parts]
+    mine = shape_rows.row(x)  # with same_shape the caller vouches for the shapes: no exchange
+    table = None if same_shape else shape_rows.exchange(model, [mine], resolved)
+    if mine[0] == shape_rows.BAD:
+        raise TypeError(shape_rows.why_bad(x, "gather's tensor"))
+    if table is None and x.dtype not in model.uncarried_dtypes:  # nothing to trim
+        work = model.to_placement(x)
+        parts = model.do_gather(work, dst, resolved)
+        if resolved is None and work is x:  # went as it was: see gather_known
+            model.fast_gather.remember(x)
+        if not is_dst or parts is None:
+            return []
+        return parts if parts[0].device == x.device else [p.to(x.device) for p in parts]
+    if table is None:
         dtype, shapes = x.dtype, [tuple(x.shape)] * model.group_size(resolved)
     else:
-        table = shape_rows.exchange(model, [shape_rows.row(x)], resolved)
-        if (table[:, 0, 0] == shape_rows.BAD).any() and shape_rows.row(x)[0] == shape_rows.BAD:
-            raise TypeError(shape_rows.why_bad(x, "gather's tensor"))
         dtype, shapes = shape_rows.decode(table)  # any number of dims on each rank
     length = _longest(shapes)
     work = model.to_placement(_flat_padded(x, length))

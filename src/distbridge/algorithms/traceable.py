@@ -50,7 +50,8 @@ _FUNCOL_OPS = {"SUM": "sum", "PRODUCT": "product", "MIN": "min", "MAX": "max",
 
 def _resolve(model: ModelContract, group: Any) -> Any:
     """``group`` as the eager path resolves it (None: the world; NOT_A_MEMBER), without
-    making a group: a compiled region cannot run ``new_group``, a collective of its own."""
+    making a group: a compiled region cannot run ``new_group``, a collective of its own (nor
+    ``GroupCache.resolve``: Dynamo cannot trace its weak proxy of the model)."""
     if group is None:
         return None
     if is_mesh(group):
