@@ -86,14 +86,13 @@ def answer_key(request: int, rank: int) -> str:
     return f"{PREFIX}/{request}/{rank}"
 
 
-def where_now(thread_id: int | None = None) -> tuple[str | None, str]:
-    """Where a thread (default: the main one) is: ``("train.py:5 in stuck_here", stack)``.
+def where_now() -> tuple[str | None, str]:
+    """Where the main thread is: ``("train.py:5 in stuck_here", stack)``.
 
     The place is the innermost frame outside distbridge and torch (inside a collective: the
     line that called it); the stack is the thread's traceback, innermost last.
     """
-    ident = threading.main_thread().ident if thread_id is None else thread_id
-    frame = sys._current_frames().get(ident or 0)
+    frame = sys._current_frames().get(threading.main_thread().ident or 0)
     if frame is None:
         return None, ""
     stack = "".join(traceback.format_stack(frame))

@@ -158,18 +158,16 @@ class _Watch:
         if not self.ending.acquire(blocking=False):
             return False
         try:
-            if _in_trouble(self.ledger):
-                text = None
+            if _in_trouble(self.ledger) and self.explain is not None:
                 with contextlib.suppress(Exception):  # a verdict must never block the exit
-                    text = self.explain(TERMINATION_WAIT_SECONDS) if self.explain else None
-                if text:
-                    print(
-                        f"distbridge: rank {self.rank} got SIGTERM while in a collective. "
-                        f"Why, from every rank's collective ledger:\n{text}",
-                        file=sys.stderr,
-                    )
-                    with contextlib.suppress(Exception):
-                        sys.stderr.flush()
+                    text = self.explain(TERMINATION_WAIT_SECONDS)
+                    if text:
+                        print(
+                            f"distbridge: rank {self.rank} got SIGTERM while in a collective. "
+                            f"Why, from every rank's collective ledger:\n{text}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
         finally:
             self.explained.set()
         return True

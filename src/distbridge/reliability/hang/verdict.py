@@ -1,7 +1,7 @@
 """The hang verdict: from every rank's ledger (and where each rank is now), who is at fault.
 
-A pure function of plain data, so it runs the same in a hung job, in ``spawn``'s parent, on
-a dump directory after the job is gone, or in a test. Its first line names the rank at fault
+A pure function of plain data: it runs the same in a hung job, in ``spawn``'s parent, on a
+dump directory after the job is gone, or in a test. Its first line names the rank at fault
 (`headline` finds it in an error's message); for example::
 
     rank 2 of 3 is stuck at train.py:5 in stuck_here; ranks 0, 1 wait in all_reduce #4
@@ -10,27 +10,14 @@ a dump directory after the job is gone, or in a test. Its first line names the r
     rank 2 did not reach it: its last collective was #3 (train.py:10); it is at
     train.py:5 in stuck_here.
 
-Three findings, in this order:
-
-- **Divergence**: at the same sequence number of a group, ranks called different
-  collectives (``rank 1 of 3 called all_gather (train.py:9) where ranks 0, 2 called
-  all_reduce (train.py:11) at #2 of the world``). The majority's call counts as the expected
-  one (a tie: the side of the lowest rank).
-- **Mismatch**: the same collective, whose tensors must agree (`MUST_MATCH`), with another
-  dtype or shape on some ranks (``rank 1 of 3 passed float32[4] to all_reduce #2 of the world
-  (train.py:9) where ranks 0, 2 passed float32[3] (train.py:9)``); the majority as above.
-- **Hang**: some members of a group wait in its collective ``#n`` while others have not
-  started it (their last collective of the group is older): those are behind, and the
-  verdict says where each one is now.
-
-A rank whose process died inside a collective (its fault dump says which, `RankReport.died_in`)
-counts as in the collective the others are in at that site, carrying what its earlier calls
-there carried.
-
-A rank that did not answer (killed, or stuck in C while holding the GIL) is named as such,
-with the ledger it last published. Where the ranks' reports carry the engine's own record
-(torch's flight recorder), the lines it adds follow the finding
-(`distbridge.reliability.hang.engine_trace`).
+It gives the first of these findings: **divergence** (at one number of a group, ranks called
+different collectives), **mismatch** (one collective of `MUST_MATCH` with another dtype or
+shape on some ranks), both against the majority's call (a tie: the lowest rank's side);
+**hang** (some members of a group wait in its collective ``#n``, others have not started
+it: where each of those is now); **all waiting** (every member in the same one). A rank
+whose process died in a collective (`RankReport.died_in`) counts as in the one the others
+are in at that site. A rank that did not answer is named, with the ledger it last
+published; lines from the engine's own record follow (`engine_trace`).
 """
 
 from __future__ import annotations
