@@ -235,8 +235,8 @@ def _versions() -> dict[str, Any]:
         "nccl": _nccl_version(),
         "gloo": gloo,
         "mpi": mpi,
-        "horovod": _installed_version("horovod", ("horovod",)),
-        "torch_xla": _installed_version("torch_xla", ("torch_xla", "torch-xla")),
+        "horovod": _installed_version("horovod"),
+        "torch_xla": _installed_version("torch_xla"),
     }
 
 
@@ -251,16 +251,15 @@ def _nccl_version() -> str | None:
     return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 
 
-def _installed_version(module: str, distributions: tuple[str, ...]) -> str | None:
-    """The installed version of ``module``, found without importing it; None when absent."""
+def _installed_version(module: str) -> str | None:
+    """The installed version of ``module``, found without importing it; None when absent.
+    (Its distribution has the module's name: importlib.metadata equates ``_`` and ``-``.)"""
     if importlib.util.find_spec(module) is None:  # a top-level find_spec runs no module code
         return None
-    for name in distributions:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return "unknown (no package metadata)"
+    try:
+        return importlib.metadata.version(module)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (no package metadata)"
 
 
 def _devices(env: Mapping[str, str]) -> dict[str, Any]:
