@@ -1,9 +1,5 @@
-"""``ignite.distributed.comp_models``'s import path, kept:
-``from distbridge.comp_models import has_xla_support`` keeps working.
-
-It re-exports the names of the mirror, ``distbridge.compat.ignite_comp_models``: the same
-objects, no logic.
-"""
+"""``ignite.distributed.comp_models``'s import path: the names of
+``distbridge.compat.ignite_comp_models``."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""``ignite.distributed.launcher``'s import path, kept: ``from distbridge.launcher import Parallel``
-keeps working.
-
-It re-exports the names of the mirror, ``distbridge.compat.ignite_launcher``: the same
-objects, no logic.
-"""
+"""``ignite.distributed.launcher``'s import path: the names of
+``distbridge.compat.ignite_launcher``."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""``ignite.distributed.utils``'s import path, kept: ``from distbridge.utils import barrier``
-keeps working.
-
-It re-exports the names of the mirror, ``distbridge.compat.ignite_utils``: the same
-objects, no logic.
-"""
+"""``ignite.distributed.utils``'s import path: the names of ``distbridge.compat.ignite_utils``."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Mirrors detectron2's ``detectron2.engine.launch``: ``from
-distbridge.compat.detectron2_launch import launch`` is ``from detectron2.engine.launch import
-launch`` with one import changed.
-
-``launch`` is the facade's own object (``distbridge.launch``, written in
-``distbridge/_spawn_by_url.py``); this module has no logic. detectron2's private helpers
-(``_find_free_port``, ``_distributed_worker``) are not mirrored: ``distbridge.spawn`` picks
-the port and runs the workers.
-"""
+"""Mirrors detectron2's ``detectron2.engine.launch``: ``launch`` (written in
+``distbridge/_spawn_by_url.py``); ``spawn`` picks the port and runs the workers, so
+detectron2's private helpers are not mirrored."""
 
 from __future__ import annotations
 

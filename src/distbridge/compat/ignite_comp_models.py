@@ -1,13 +1,5 @@
-"""Mirrors the public names of ``ignite.distributed.comp_models``: the support flags and the
-registered models, so ``from distbridge.comp_models import has_native_dist_support`` (this
-module's names, re-exported at ignite's path) is
-``from ignite.distributed.comp_models import has_native_dist_support`` with one import
-changed.
-
-Every name is the facade's own object; this module has no logic. ignite's model classes
-(``_SerialModel``, ``_NativeDistModel``, ...) are private there and have no counterpart
-here: distbridge's models are ``distbridge.models`` (see docs/plugins.md).
-"""
+"""Mirrors ``ignite.distributed.comp_models``' public names: the support flags and the
+registered models. ignite's private model classes have no counterpart (see docs/plugins.md)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Mirrors ``ignite.distributed.utils``: ``from distbridge.utils import ...`` (this module's
-names, re-exported at ignite's path) is ``from ignite.distributed.utils import ...`` with one
-import changed.
-
-Every name is the facade's own object (``distbridge.utils.barrier is distbridge.barrier``);
-this module has no logic. ignite's private helpers (``_model``, ``_set_model``, ...) are
-not mirrored: distbridge keeps its state in ``distbridge._state``.
-"""
+"""Mirrors ``ignite.distributed.utils``: the facade's own objects (``distbridge.utils.barrier is
+distbridge.barrier``); ignite's private helpers (``_model``, ``_set_model``) are not mirrored."""
 
 from __future__ import annotations
 
