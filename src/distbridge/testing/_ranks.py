@@ -63,14 +63,14 @@ class LogTail:
     ``on_line(rank, line)`` (without its newline), while a test runs."""
 
     def __init__(
-        self, logs: dict[int, Path], offsets: dict[int, int], on_line: Callable[[int, str], Any]
+        self, logs: list[Path], offsets: list[int], on_line: Callable[[int, str], Any]
     ) -> None:
-        self._logs, self._offsets, self._on_line = logs, dict(offsets), on_line
-        self._partial = {rank: b"" for rank in logs}
+        self._logs, self._offsets, self._on_line = logs, list(offsets), on_line
+        self._partial = [b""] * len(logs)
 
     def poll(self) -> None:
         """Hand on the lines completed since the last call."""
-        for rank, path in self._logs.items():
+        for rank, path in enumerate(self._logs):
             try:
                 with path.open("rb") as log:
                     log.seek(self._offsets[rank])
@@ -85,10 +85,10 @@ class LogTail:
     def finish(self) -> None:
         """Hand on what is left, an unfinished last line included."""
         self.poll()
-        for rank, rest in self._partial.items():
+        for rank, rest in enumerate(self._partial):
             if rest:
                 self._on_line(rank, rest.decode("utf-8", errors="replace"))
-            self._partial[rank] = b""
+                self._partial[rank] = b""
 
 
 def death(exitcode: int) -> str:

@@ -64,9 +64,7 @@ class WorldRun:
         The reason names the skipped ranks unless every rank skipped for the same reason.
         """
         skipped = [o for o in self.outcomes if o.skipped]
-        if self.timed_out or not skipped:
-            return None
-        if any(not (o.passed or o.skipped) for o in self.outcomes):
+        if self.timed_out or not skipped or not all(o.passed or o.skipped for o in self.outcomes):
             return None
         reasons: dict[str, list[int]] = {}
         for outcome in sorted(skipped, key=lambda o: o.rank):

@@ -207,11 +207,9 @@ class WarmWorld:
         self._tasks += 1
         task = make_task(self._tasks, fn, kwargs)
         self.start()
-        offsets = [log_size(member.log) for member in self._members]
-        tail = None
-        if on_output is not None:
-            logs = {rank: member.log for rank, member in enumerate(self._members)}
-            tail = LogTail(logs, dict(enumerate(offsets)), on_output)
+        logs = [member.log for member in self._members]
+        offsets = [log_size(log) for log in logs]
+        tail = None if on_output is None else LogTail(logs, offsets, on_output)
         try:
             for member in self._members:
                 with contextlib.suppress(OSError):  # a dead rank shows as such below
@@ -224,12 +222,11 @@ class WarmWorld:
         finally:
             if tail is not None:
                 tail.finish()
-        why = self._verdict() if timed_out else ""
-        outputs = {r: read_log(m.log, offsets[r]) for r, m in enumerate(self._members)}
-        stacks = self._stacks(stopped)
         result = WorldRun(task.function, self.describe(), outcomes, stopped, timeout, timed_out)
-        result.stacks, result.outputs, result.path = stacks, outputs, task.path
-        result.verdict = why
+        result.path = task.path
+        result.verdict = self._verdict() if timed_out else ""
+        result.outputs = {rank: read_log(log, offsets[rank]) for rank, log in enumerate(logs)}
+        result.stacks = self._stacks(stopped)  # after the outputs: the stacks go to the logs
         ended = all((o.passed or o.skipped) and o.world_kept for o in outcomes)
         result.replaced = bool(stopped) or not ended
         if result.replaced:
@@ -237,7 +234,7 @@ class WarmWorld:
         return result
 
     def _collect(
-        self, task_id: int, timeout: float, tail: LogTail | None = None
+        self, task_id: int, timeout: float, tail: LogTail | None
     ) -> tuple[list[Outcome], list[int], bool]:
         """Wait for every rank's outcome until the timeout, or the peer window after the
         first failure (or skip); returns the outcomes, the ranks still running, and whether
