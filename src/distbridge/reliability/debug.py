@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from distbridge.algorithms import codec
 from distbridge.errors import CollectiveMismatch
 from distbridge.reliability.fingerprint import Fingerprint, call_site, describe
+from distbridge.reliability.hang.ledger import positive_env
 from distbridge.reliability.timed_barrier import check_peers, group_tag
 
 if TYPE_CHECKING:
@@ -97,16 +98,7 @@ def debug_env(debug: object) -> Iterator[None]:
 
 
 def _timeout() -> float:
-    raw = os.environ.get(TIMEOUT_ENV_VAR)
-    if raw is None:
-        return DEFAULT_TIMEOUT
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise ValueError(f"{TIMEOUT_ENV_VAR}={raw!r} must be a positive number of seconds.")
-    return seconds
+    return positive_env(TIMEOUT_ENV_VAR, DEFAULT_TIMEOUT, float, "seconds")
 
 
 class CollectiveChecker:

@@ -20,7 +20,7 @@ import contextlib
 import os
 import weakref
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import torch
 
@@ -31,6 +31,7 @@ __all__ = [
     "Entry",
     "GroupLog",
     "Members",
+    "positive_env",
     "short_path",
 ]
 
@@ -41,21 +42,21 @@ CAPACITY_ENV_VAR: Final = "DISTBRIDGE_LEDGER_SIZE"
 Members = tuple[int, ...]
 #: (seq, op, dtype or type, shape or None, code, instruction offset)
 Entry = tuple[int, str, Any, Any, Any, int]
+_N = TypeVar("_N", int, float)
 
 
-def _capacity() -> int:
-    raw = os.environ.get(CAPACITY_ENV_VAR)
+def positive_env(name: str, default: _N, convert: Callable[[str], _N], unit: str) -> _N:
+    """The positive number that environment variable ``name`` holds (``default`` when it is
+    unset); ValueError naming it otherwise (``unit``: what it counts)."""
+    raw = os.environ.get(name)
     if raw is None:
-        return DEFAULT_CAPACITY
+        return default
     try:
-        value = int(raw)
+        value = convert(raw)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(
-            f"{CAPACITY_ENV_VAR}={raw!r} must be a positive number of entries per group; "
-            f"unset it for the default ({DEFAULT_CAPACITY})."
-        )
+        value = convert("0")
+    if not value > 0:  # NaN too
+        raise ValueError(f"{name}={raw!r} must be a positive number of {unit}.")
     return value
 
 
@@ -127,7 +128,10 @@ class CollectiveLedger:
         members_of: Callable[[Any], Members | None],
         capacity: int | None = None,
     ) -> None:
-        self.capacity = _capacity() if capacity is None else capacity
+        if capacity is None:
+            unit = f"entries per group; unset it for the default ({DEFAULT_CAPACITY})"
+            capacity = positive_env(CAPACITY_ENV_VAR, DEFAULT_CAPACITY, int, unit)
+        self.capacity = capacity
         self.world = GroupLog(None, self.capacity)
         self._members_of = members_of
         self._logs: dict[Members, GroupLog] = {}
