@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
@@ -57,11 +56,10 @@ def device_mesh(shape: Sequence[int] | int, names: Sequence[str] | None = None) 
             f"device_mesh({shape!r}) holds {math.prod(dims)} ranks, but the world has {world}: "
             f"the sizes must multiply to {world}."
         )
-    named: tuple[str, ...] | None = None if names is None else tuple(names)
+    named = None if names is None else tuple(names)
     if named is not None and len(named) != len(dims):
         raise ValueError(
             f"device_mesh() got {len(named)} names {named!r} for {len(dims)} dimensions "
             f"{dims}: give one name per dimension."
         )
-    options: dict[str, Any] = {} if named is None else {"mesh_dim_names": named}
-    return init_device_mesh(_api.device().type, dims, **options)
+    return init_device_mesh(_api.device().type, dims, mesh_dim_names=named)
