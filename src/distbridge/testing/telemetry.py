@@ -208,16 +208,12 @@ class Recording(Layer):
         self, spec: OpSpec, proceed: Callable[..., Any], args: tuple[Any, ...], kwargs: Any
     ) -> Any:
         """Time the call and record it (not when it raises)."""
+        start = time.perf_counter()
         if self._profile:
             with torch.profiler.record_function(f"distbridge.{spec.name}"):
-                return self._timed(spec, proceed, args, kwargs)
-        return self._timed(spec, proceed, args, kwargs)
-
-    def _timed(
-        self, spec: OpSpec, proceed: Callable[..., Any], args: tuple[Any, ...], kwargs: Any
-    ) -> Any:
-        start = time.perf_counter()
-        result = proceed(*args, **kwargs)
+                result = proceed(*args, **kwargs)
+        else:
+            result = proceed(*args, **kwargs)
         seconds = time.perf_counter() - start
         group = args[spec.group] if len(args) > spec.group else kwargs.get("group")
         size = self._world_size if group is None else self._group_size(group)

@@ -53,7 +53,6 @@ _STACK_SECONDS = 2.0  # longest wait for the stopped ranks' stacks
 _GRACE_SECONDS = 2.0  # how long ranks told to stop get before SIGKILL
 _LIVE_SECONDS = 0.05  # how often the logs are read when a test's output is shown live
 _OPTIONS = ("nproc", "backend", "timeout", "debug")
-_NATIVE = "native-dist"
 
 
 class WarmWorld:
@@ -82,7 +81,7 @@ class WarmWorld:
                 f"backend=None runs serially, on one rank; got nproc={nproc}. Pass nproc=1, "
                 "or a backend such as 'gloo'."
             )
-        if backend is not None and registry.for_backend(backend).name != _NATIVE:
+        if backend is not None and registry.for_backend(backend).name != "native-dist":
             raise ValueError(
                 f"A warm world runs torch.distributed backends (gloo, nccl), not {backend!r}: "
                 "test Horovod and XLA code with distbridge.testing.run_distributed."
