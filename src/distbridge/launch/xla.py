@@ -190,12 +190,12 @@ def _read(folder: str, nproc: int) -> dict[int, tuple[int, Report]]:
 
 def _replica_failure(folder: str, nproc: int) -> WorkerFailedError | None:
     """The error of the first replica that failed, or None when none reported one."""
-    failed = [(local, r) for local, r in _read(folder, nproc).items() if r[1][0] == "error"]
+    reports = _read(folder, nproc)
+    failed = [local for local, (_, report) in reports.items() if report[0] == "error"]
     if not failed:
         return None
-    local, (rank, report) = min(
-        failed, key=lambda item: os.stat(Path(folder, f"{item[0]}.pkl")).st_mtime_ns
-    )
+    local = min(failed, key=lambda local: os.stat(Path(folder, f"{local}.pkl")).st_mtime_ns)
+    rank, report = reports[local]
     return raised_error(rank, local, report)
 
 
@@ -213,4 +213,4 @@ def _results(folder: str, nproc: int) -> list[Any]:
             local_rank=missing[0],
             exitcode=0,
         )
-    return [reports[local][1][1] for local in range(nproc)]
+    return [reports[local][1][1] for local in range(nproc)]  # each (rank, ("ok", value))
