@@ -99,7 +99,7 @@ def kind_of(value: object) -> int:
         return KIND_BOOL
     if cls is str:
         return KIND_STR
-    if isinstance(value, bool) or _is_numpy_bool(value):
+    if _is_numpy_bool(value):  # the other bools (bool itself has no subclasses)
         return KIND_BOOL
     if isinstance(value, numbers.Integral):
         return KIND_INT
