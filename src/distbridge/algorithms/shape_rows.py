@@ -41,28 +41,23 @@ WRONG = -2  # arguments that do not fit (scatter's list on src): every rank rais
 
 def row(tensor: object) -> list[int]:
     """``tensor``'s shape row, or a row of ``BAD`` when it cannot be sent."""
-    if (
-        not isinstance(tensor, torch.Tensor)
-        or tensor.layout != torch.strided
-        or tensor.dim() > MAX_DIMS
-    ):
+    if not isinstance(tensor, torch.Tensor) or why_bad(tensor, "") is not None:
         return [BAD] * WIDTH
-    try:
-        code = codec.dtype_code(tensor.dtype)
-    except TypeError:
-        return [BAD] * WIDTH
-    return [code, tensor.dim(), *tensor.shape, *[0] * (MAX_DIMS - tensor.dim())]
+    dims = [*tensor.shape, *[0] * (MAX_DIMS - tensor.dim())]
+    return [codec.dtype_code(tensor.dtype), tensor.dim(), *dims]
 
 
-def why_bad(tensor: object, what: str) -> str:
-    """Why ``tensor`` (named ``what``) got a ``BAD`` row."""
+def why_bad(tensor: object, what: str) -> str | None:
+    """Why ``tensor`` (named ``what``) cannot be sent (gets a ``BAD`` row); None if it can."""
     if not isinstance(tensor, torch.Tensor):
         return f"{what} must be a torch.Tensor, got {type(tensor).__name__}: {tensor!r}."
     if tensor.layout != torch.strided:
         return f"{what} must be a dense (strided) tensor, got layout {tensor.layout}."
     if tensor.dim() > MAX_DIMS:
         return f"{what} has {tensor.dim()} dimensions; at most {MAX_DIMS} are supported."
-    return f"{what} has dtype {tensor.dtype}, which cannot be sent."
+    if not codec.can_send(tensor.dtype):
+        return f"{what} has dtype {tensor.dtype}, which cannot be sent."
+    return None
 
 
 def decode(rows: np.ndarray[Any, Any]) -> tuple[torch.dtype, list[tuple[int, ...]]]:
