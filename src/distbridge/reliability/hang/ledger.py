@@ -166,10 +166,7 @@ class CollectiveLedger:
 
     def version(self) -> int:
         """A number that changes whenever a collective starts or ends (to publish changes)."""
-        total = 0
-        for log in self.logs():
-            total += 2 * log.seq + log.passed
-        return total
+        return sum(2 * log.seq + log.passed for log in self.logs())
 
     def snapshot(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Every kept entry (the last ``limit`` per group) as plain data (JSON-ready), per

@@ -198,10 +198,10 @@ class _Watch:
 
 def _in_trouble(ledger: CollectiveLedger) -> bool:
     """Whether this rank's last collective of some group has not returned, or raised."""
-    for log in ledger.logs():
-        if log.seq and (log.seq > log.passed or log.raised[log.seq % log.capacity] == log.seq):
-            return True
-    return False
+    return any(
+        log.seq > log.passed or (log.seq > 0 and log.raised[log.seq % log.capacity] == log.seq)
+        for log in ledger.logs()
+    )
 
 
 #: the installed handlers of this process (at most one), emptied by `unwatch_signals`
