@@ -368,16 +368,15 @@ def _all_waiting(ledgers: _Ledgers) -> Verdict | None:
     for group in ledgers.groups():
         members = ledgers.members(group)
         lasts = [ledgers.last(group, rank) for rank in members]
-        if lasts and all(r is not None and r.state == WAITING for r in lasts):
-            record = lasts[0]
-            assert record is not None
-            if len({r.seq for r in lasts if r is not None}) == 1:
-                text = (
-                    f"Every member of {group_text(group)} is waiting in {record.op} "
-                    f"#{record.seq} ({_line(record.site)}): no rank is behind, so the "
-                    "backend itself did not complete it (a network problem, a device hang)."
-                )
-                return Verdict(text, "all waiting", group, record.seq, record.op, tuple(members))
+        waiting = [r for r in lasts if r is not None and r.state == WAITING]
+        if waiting and len(waiting) == len(lasts) and len({r.seq for r in waiting}) == 1:
+            record = waiting[0]
+            text = (
+                f"Every member of {group_text(group)} is waiting in {record.op} "
+                f"#{record.seq} ({_line(record.site)}): no rank is behind, so the "
+                "backend itself did not complete it (a network problem, a device hang)."
+            )
+            return Verdict(text, "all waiting", group, record.seq, record.op, tuple(members))
     return None
 
 
