@@ -32,15 +32,16 @@ class Task:
     """One test: call ``module.function(**kwargs)`` on every rank.
 
     ``path`` is the module's file (imported from there when the name alone does not find
-    it); ``sys_path`` is the parent's import path at the time, so the test's own imports
-    resolve as in the parent.
+    it); ``kwargs`` holds each argument pickled on its own (unpickled on the rank, where a
+    failure is the test's); ``sys_path`` is the parent's import path at the time, so the
+    test's own imports resolve as in the parent.
     """
 
     task_id: int
     module: str
     path: str
     function: str
-    kwargs: bytes
+    kwargs: Mapping[str, bytes]
     sys_path: tuple[str, ...] = ()
 
 
@@ -92,4 +93,4 @@ def make_task(task_id: int, fn: Callable[..., Any], kwargs: Mapping[str, Any] | 
                 "(tmp_path, numbers, strings, parameters) can be passed: make the rest inside "
                 "the test."
             ) from None
-    return Task(task_id, module.__name__, str(path), name, pickle.dumps(payload), tuple(sys.path))
+    return Task(task_id, module.__name__, str(path), name, payload, tuple(sys.path))

@@ -93,7 +93,7 @@ def _run(task: Task, rank: int, world_size: int, model: ComputationModel | None)
     kwargs: dict[str, Any] = {}
     try:
         fn = getattr(_load_module(task), task.function)
-        kwargs = {key: pickle.loads(value) for key, value in pickle.loads(task.kwargs).items()}
+        kwargs = {key: pickle.loads(value) for key, value in task.kwargs.items()}
         fn(**kwargs)
     except BaseException as exc:
         skipped = _is_skip(exc)
