@@ -177,10 +177,9 @@ def _exchange(
             verdict = json.dumps({"waiter": rank, "missing": missing})
     outcome = store.compare_set(f"{prefix}outcome", "", verdict).decode()
     if outcome != _OK:
-        arrived = {r: keys[r] for r in members if store.check([keys[r]])}
-        prints = _decode(dict(zip(arrived, store.multi_get(list(arrived.values())), strict=True)))
+        prints = _fetch(store, {r: key for r, key in keys.items() if store.check([key])})
         raise _timeout_error(json.loads(outcome), prints, members, timeout, where)
-    prints = _decode(dict(zip(members, store.multi_get(list(keys.values())), strict=True)))
+    prints = _fetch(store, keys)
     if store.add(f"{prefix}done", 1) == len(members):  # the last member to compare cleans up
         for key in (*keys.values(), f"{prefix}outcome", f"{prefix}done"):
             store.delete_key(key)
@@ -205,8 +204,10 @@ def _arrived(store: Any, keys: list[str], timeout: float, rank: int, where: str)
             return False
 
 
-def _decode(raw: Mapping[int, bytes]) -> dict[int, Fingerprint]:
-    return {r: Fingerprint.from_json(text) for r, text in raw.items()}
+def _fetch(store: Any, keys: Mapping[int, str]) -> dict[int, Fingerprint]:
+    """The fingerprints under ``keys`` (rank -> key), in one request."""
+    raw = store.multi_get(list(keys.values()))
+    return {r: Fingerprint.from_json(text) for r, text in zip(keys, raw, strict=True)}
 
 
 # ---- reports ------------------------------------------------------------------------------
