@@ -162,18 +162,33 @@ def ordered_carrier(
         device = tensor.device
         return keys, lambda out: from_keys(out.cpu()).to(device)
     dtype, order = tensor.dtype, _KEYS[(tensor.dtype, op)]
-    bits = tensor.view(order.narrow)
-    keys = bits.to(order.wide)  # sign-extended for 16-bit floats: the constants are int32's
+    narrow, wide = order.narrow, order.wide
+    bits = tensor.view(narrow)
     if not in_place:
-        keys = order.encode(keys, None)
-        return keys, lambda out: order.decode(out, None, None).to(order.narrow).view(dtype)
-    keys = order.encode(keys, keys)  # in tensor's own memory where it is as wide as the keys
+        keys = order.encode(bits if wide is narrow else bits.to(wide), None)
 
-    def back_into(out: torch.Tensor) -> torch.Tensor:
-        bits.copy_(order.decode(out, out, out))  # no copy where out is bits
+        def back(out: torch.Tensor) -> torch.Tensor:
+            got = order.decode(out, None, None)
+            return (got if wide is narrow else got.to(narrow)).view(dtype)
+
+        return keys, back
+    if wide is narrow:
+        keys = order.encode(bits, bits)
+
+        def back_into(out: torch.Tensor) -> torch.Tensor:
+            order.decode(out, out, bits)
+            return tensor
+
+        return keys, back_into
+    keys = torch.empty(tensor.shape, dtype=wide, device=tensor.device)
+    keys.copy_(bits)  # sign-extended: the formulas' constants are for the wider integer
+    keys = order.encode(keys, keys)
+
+    def back_narrowed(out: torch.Tensor) -> torch.Tensor:
+        bits.copy_(order.decode(out, out, out))
         return tensor
 
-    return keys, back_into
+    return keys, back_narrowed
 
 
 def reduction_carrier(
