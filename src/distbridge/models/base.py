@@ -49,7 +49,7 @@ from distbridge.reliability.timed_barrier import (
     check_timeout,
 )
 
-__all__ = ["NOT_A_MEMBER", "ComputationModel", "collective"]
+__all__ = ["COLLECTIVES", "NOT_A_MEMBER", "ComputationModel", "collective"]
 
 _compiling = torch.compiler.is_compiling  # True while torch.compile traces (Dynamo knows it)
 # Dynamo folds this to True while it traces; eager it is a plain `return False`
@@ -503,3 +503,10 @@ class ComputationModel(BackendPrimitives):
             f"{type(self).__name__}(backend={self.backend()!r}, rank={self.get_rank()}, "
             f"world_size={self.get_world_size()})"
         )
+
+
+#: The public collectives of every model, in the order the class defines them: the methods
+#: `collective` records (the testing layers intercept these).
+COLLECTIVES: Final[tuple[str, ...]] = tuple(
+    name for name, method in vars(ComputationModel).items() if hasattr(method, "__wrapped__")
+)

@@ -20,7 +20,7 @@ from types import MethodType
 from typing import Any, Final
 
 from distbridge.errors import suggest
-from distbridge.models import ComputationModel
+from distbridge.models.base import COLLECTIVES, ComputationModel
 
 __all__ = [
     "OPS",
@@ -32,22 +32,7 @@ __all__ = [
 ]
 
 # The public collectives of ComputationModel, each a facade function of the same name.
-OPS: Final = (
-    "all_reduce",
-    "all_gather",
-    "broadcast",
-    "barrier",
-    "reduce",
-    "gather",
-    "scatter",
-    "reduce_scatter",
-    "all_to_all",
-    "all_gather_tensors_with_shapes",
-    "all_gather_object",
-    "gather_object",
-    "broadcast_object",
-    "scatter_object",
-)
+OPS: Final = COLLECTIVES
 #: each model's installed layers; kept here, not on the model (the layers below the models
 #: touch only a model's public names, tests/unit/test_model_contract.py)
 _INSTALLED: weakref.WeakKeyDictionary[ComputationModel, _Installed] = weakref.WeakKeyDictionary()
