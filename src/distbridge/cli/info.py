@@ -105,23 +105,21 @@ def _system() -> dict[str, Any]:
 
 
 def _memory() -> tuple[int | None, int | None]:
-    """Total and available memory in bytes, from /proc/meminfo (None where unknown)."""
-    fields: dict[str, int] = {}
+    """Total memory (sysconf) and available memory (/proc/meminfo, Linux) in bytes, None
+    where unknown."""
+    try:
+        total: int | None = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):  # not POSIX
+        total = None
+    available = None
     try:
         with open("/proc/meminfo", encoding="ascii") as meminfo:
             for line in meminfo:
-                name, _, rest = line.partition(":")
-                if rest.strip().endswith(" kB"):
-                    fields[name] = int(rest.split()[0]) * 1024
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024  # "MemAvailable:  123 kB"
     except (OSError, ValueError):
         pass
-    total = fields.get("MemTotal")
-    if total is None:
-        try:
-            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (AttributeError, OSError, ValueError):
-            total = None
-    return total, fields.get("MemAvailable")
+    return total, available
 
 
 def _environment(env: Mapping[str, str]) -> dict[str, dict[str, str | None]]:
