@@ -181,9 +181,7 @@ def _rebuild(
         if is_float:
             part, fi = floats[fi : fi + n], fi + n
         else:
-            part, ii = ints[ii : ii + n], ii + n
-            if mean:
-                part = part.to(torch.float64)
+            part, ii = ints[ii : ii + n], ii + n  # float64 already for a mean
         if isinstance(value, torch.Tensor):
             dtype = value.dtype if (is_float or not mean) else torch.float64
             out[key] = part.reshape(value.shape).to(dtype=dtype, device=value.device)
