@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -32,6 +33,7 @@ __all__ = [
     "join_job",
     "known_local_rank",
     "rendezvous_address",
+    "restore_env",
 ]
 
 _AGENT_STORE_VAR = "TORCHELASTIC_USE_AGENT_STORE"
@@ -122,6 +124,15 @@ def fill_rendezvous_defaults() -> list[str]:
             os.environ[key] = value
             filled.append(key)
     return filled
+
+
+def restore_env(previous: Mapping[str, str | None]) -> None:
+    """Put the variables of ``previous`` back as they were (None: unset)."""
+    for key, old in previous.items():
+        if old is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = old
 
 
 def _explicit_init(

@@ -41,6 +41,7 @@ from distbridge.models.native.init import (
     DEFAULT_MASTER,
     as_timeout,
     join_job,
+    restore_env,
 )
 from distbridge.reliability import coordination, fail_together
 from distbridge.reliability.connections import Connections
@@ -166,7 +167,7 @@ class NativeModel(ComputationModel):
                     world_size=optional_argument("world_size", kwargs.get("world_size"), int, 1),
                 )
         except BaseException:
-            _restore_env(before)
+            restore_env(before)
             raise
         filled = {key: old for key, old in before.items() if os.environ.get(key) != old}
         env_set = {**filled, **export_layout(layout)}
@@ -216,7 +217,7 @@ class NativeModel(ComputationModel):
             dist.destroy_process_group()
         self.groups.clear()
         self._store = None
-        _restore_env(self._env_restore)
+        restore_env(self._env_restore)
         self._env_restore.clear()
 
     @override
@@ -412,12 +413,3 @@ class NativeModel(ComputationModel):
         if group is None:
             return tuple(range(self._layout.world_size))
         return tuple(dist.get_process_group_ranks(group))
-
-
-def _restore_env(previous: Mapping[str, str | None]) -> None:
-    """Put the variables of ``previous`` back as they were (None: unset)."""
-    for key, old in previous.items():
-        if old is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = old
