@@ -1,5 +1,6 @@
 """Exact dtypes on an XLA device: which ones the device holds bit for bit (where it does not,
-the XLA model reduces with ``algorithms/fold.py``). Pure torch: nothing here imports torch_xla."""
+the XLA model reduces with ``algorithms/fold.py``), and the signed zeros XLA's sum loses.
+Pure torch: nothing here imports torch_xla."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 from distbridge.algorithms import byte_view
 
-__all__ = ["round_trips"]
+__all__ = ["own_zeros", "round_trips"]
 
 
 def _probe(dtype: torch.dtype) -> torch.Tensor:
@@ -32,3 +33,14 @@ def round_trips(dtype: torch.dtype, device: torch.device) -> bool:
     except (RuntimeError, TypeError, ValueError, NotImplementedError):
         return False  # the device cannot hold the dtype at all (e.g. complex32)
     return back.dtype == dtype and torch.equal(byte_view.as_bytes(back), byte_view.as_bytes(sent))
+
+
+def own_zeros(out: torch.Tensor, sent: torch.Tensor) -> torch.Tensor:
+    """``out``, XLA's sum over a group of one of ``sent``, with ``sent``'s own zeros where it
+    is zero (their signs kept; parts of a complex number apart)."""
+    if not (out.is_floating_point() or out.is_complex()):
+        return out
+    got = torch.view_as_real(out) if out.is_complex() else out
+    mine = torch.view_as_real(sent) if sent.is_complex() else sent
+    fixed = torch.where(got == 0, mine.to(got.device), got)
+    return torch.view_as_complex(fixed) if out.is_complex() else fixed

@@ -49,7 +49,7 @@ from distbridge.models.xla.availability import (
     import_modules,
     install_problem,
 )
-from distbridge.models.xla.dtypes import round_trips
+from distbridge.models.xla.dtypes import own_zeros, round_trips
 from distbridge.reliability import coordination
 from distbridge.reliability.debug import debug_flag
 
@@ -72,17 +72,6 @@ _XM_OPS = {
 
 def _on_xla(tensor: torch.Tensor) -> bool:
     return tensor.is_xla  # type: ignore[attr-defined,no-any-return]  # missing from the stubs
-
-
-def _own_zeros(out: torch.Tensor, sent: torch.Tensor) -> torch.Tensor:
-    """``out``, XLA's sum over a group of one of ``sent``, with ``sent``'s own zeros where it
-    is zero (their signs kept; parts of a complex number apart)."""
-    if not (out.is_floating_point() or out.is_complex()):
-        return out
-    got = torch.view_as_real(out) if out.is_complex() else out
-    mine = torch.view_as_real(sent) if sent.is_complex() else sent
-    fixed = torch.where(got == 0, mine.to(got.device), got)
-    return torch.view_as_complex(fixed) if out.is_complex() else fixed
 
 
 @dataclass(frozen=True)
@@ -323,7 +312,7 @@ class XlaModel(ComputationModel):
             out.div_(size)
         out = out if on_xla else self._cpu(out)
         if size == 1 and op in ("SUM", "AVG"):  # XLA's sum starts from +0.0: -0.0 came back 0.0
-            out = _own_zeros(out, tensor)
+            out = own_zeros(out, tensor)
         return out
 
     @override
