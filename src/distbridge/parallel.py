@@ -92,13 +92,12 @@ class Parallel:
                 "Parallel spawns the workers: pass "
                 "nproc_per_node too, or set them in the launcher instead."
             )
+        self.backend = backend
+        self._spawn_params: dict[str, Any] | None = None
         if nproc_per_node is not None:
             spawn_only = _per_node_defaults(spawn_only)
             spawn_only["master_port"] = _port(spawn_only["master_port"])
             _check_spawn_layout(nproc_per_node, spawn_only, init_method)
-        self.backend = backend
-        self._spawn_params: dict[str, Any] | None = None
-        if nproc_per_node is not None:
             self._spawn_params = {
                 "nproc_per_node": nproc_per_node,
                 **{k: v for k, v in spawn_only.items() if v is not None},
