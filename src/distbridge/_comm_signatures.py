@@ -1,11 +1,6 @@
-"""The object collectives under detectron2's ``comm`` signatures: its argument names, its
-result order, on the facade's object collectives.
-
-``distbridge.compat.detectron2`` gives these functions detectron2's import path. They are the
-facade's ``all_gather_object``, ``gather_object`` and ``reduce_dict`` with detectron2's
-parameters (``data``, ``input_dict``; no ``serializer``), and ``reduce_dict`` returns its keys
-sorted, as detectron2 does.
-"""
+"""The facade's object collectives with detectron2's ``comm`` signatures (``data``,
+``input_dict``, no ``serializer``; ``reduce_dict``'s keys sorted); ``distbridge.compat.detectron2``
+gives them detectron2's import path."""
 
 from __future__ import annotations
 

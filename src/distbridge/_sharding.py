@@ -3,11 +3,7 @@
 ``torch.distributed.fsdp.fully_shard`` is applied to the chosen submodules first (deepest
 first), then to the root, as torch's FSDP2 documentation advises: each submodule becomes one
 unit whose parameters are gathered for its forward and backward and freed after, and the root
-holds what is left. Parameters become DTensors sharded across the ranks (dim 0); gradients
-are reduce-scattered and averaged, so each rank's optimizer steps its own shard.
-
-Without a distributed context (serial) the model is returned unwrapped: there is no process
-group to shard over, and a world of one has nothing to shard.
+holds what is left.
 """
 
 from __future__ import annotations
