@@ -259,8 +259,6 @@ def auto_dataloader(dataset: Dataset[Any], **kwargs: Any) -> DataLoader[Any] | A
             )
         else:
             sampler = kwargs.get("sampler")
-            if isinstance(sampler, DistributedSampler):
-                _check_distributed_sampler(sampler, world, rank)
             if sampler is None:
                 kwargs["sampler"] = DistributedSampler(
                     dataset,
@@ -269,7 +267,9 @@ def auto_dataloader(dataset: Dataset[Any], **kwargs: Any) -> DataLoader[Any] | A
                     shuffle=kwargs.pop("shuffle", True),
                     drop_last=kwargs.get("drop_last", False),
                 )
-            elif not isinstance(sampler, DistributedSampler):
+            elif isinstance(sampler, DistributedSampler):
+                _check_distributed_sampler(sampler, world, rank)
+            else:
                 kwargs["sampler"] = DistributedProxySampler(sampler, num_replicas=world, rank=rank)
             kwargs.pop("shuffle", None)
     kwargs.setdefault("pin_memory", _api.device().type == "cuda")  # False: DataLoader's default
@@ -369,5 +369,4 @@ class DistributedProxySampler(DistributedSampler[Any]):
         indices: list[Any] = []
         while len(indices) < self.total_size:
             indices += list(self.sampler)
-        indices = indices[: self.total_size]
         return iter(indices[self.rank : self.total_size : self.num_replicas])
