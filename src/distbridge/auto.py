@@ -1,13 +1,8 @@
 """auto_model, auto_optim, auto_dataloader: make a training loop distributed in three calls.
 
-The same calls work serially, under torch.distributed, Horovod and XLA, with ignite's
-signatures and meaning. One thing ignite leaves unclear is stated here: the
-``batch_size`` given to ``auto_dataloader`` is the **global** batch size, split evenly
-across the processes (each process loads ``batch_size // world_size`` samples per
-step); when it does not divide, distbridge warns instead of silently changing it.
-
-This module mirrors ``ignite.distributed.auto``: ``from distbridge.auto import auto_model``
-is ``from ignite.distributed.auto import auto_model`` with one import changed.
+The same calls work serially, under torch.distributed, Horovod and XLA, with the signatures
+and meaning of ``ignite.distributed.auto`` (``from distbridge.auto import auto_model`` is
+ignite's import with one name changed); ``auto_dataloader``'s ``batch_size`` is the global one.
 """
 
 from __future__ import annotations
