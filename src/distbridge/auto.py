@@ -1,8 +1,8 @@
 """auto_model, auto_optim, auto_dataloader: make a training loop distributed in three calls.
 
 The same calls work serially, under torch.distributed, Horovod and XLA, with the signatures
-and meaning of ``ignite.distributed.auto`` (``from distbridge.auto import auto_model`` is
-ignite's import with one name changed); ``auto_dataloader``'s ``batch_size`` is the global one.
+and meaning of ``ignite.distributed.auto`` (import them from ``distbridge.auto`` instead);
+``auto_dataloader``'s ``batch_size`` is the global batch size, split across the processes.
 """
 
 from __future__ import annotations
