@@ -97,7 +97,7 @@ def failure(
         summary = f"{first.describe()} exited while starting: {REIMPORT_PROBLEM}."
     else:
         hint = _ABORT_HINT if exitcode == -signal.SIGABRT and not culprit else ""
-        summary = f"{first.describe()} {death(first)}.{hint}"
+        summary = f"{first.describe()} {death(exitcode)}.{hint}"
     return WorkerFailedError(
         f"{lead}{summary} {STOPPED}{ledgers}{_others(reports)}",
         rank=first.rank,
@@ -182,7 +182,7 @@ def _has_ended(worker: Worker) -> bool:
 def _outcome(worker: Worker) -> str:
     """One line saying how a worker that ended ended."""
     if worker.report is None:
-        return death(worker)
+        return death(worker.process.exitcode)
     if worker.report[0] == "ok":
         return "finished and returned its result"
     _, _, type_name, message = worker.report
@@ -190,9 +190,10 @@ def _outcome(worker: Worker) -> str:
     return SHORT_REPR.repr(f"{type_name}: {first_line}" if first_line else type_name).strip("'\"")
 
 
-def death(worker: Worker) -> str:
-    """How a worker that sent no report ended, e.g. "was killed by signal SIGKILL"."""
-    exitcode = worker.process.exitcode or 0
+def death(exitcode: int | None) -> str:
+    """How a worker that sent no report ended, from its exit code: "was killed by signal
+    SIGKILL"."""
+    exitcode = exitcode or 0
     if exitcode < 0:
         return f"was killed by signal {signal_name(-exitcode)}"
     if exitcode == REIMPORT_EXIT_CODE:

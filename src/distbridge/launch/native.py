@@ -37,7 +37,7 @@ from distbridge.reliability.fail_together import record_failure
 from distbridge.reliability.hang.collect import collect
 from distbridge.reliability.hang.verdict import verdict
 
-__all__ = ["spawn_native"]
+__all__ = ["host_store", "job_env", "job_verdict", "spawn_native"]
 
 
 @dataclass(frozen=True)
@@ -128,22 +128,9 @@ def spawn_native(
     world_size = nnodes * nproc
     store = None
     if init_method is None and node_rank == 0:
-        store = _host_store(port or 0, world_size, timeout)
+        store = host_store(port or 0, world_size, timeout)
         port = store.port
-    env = {
-        "WORLD_SIZE": str(world_size),
-        "LOCAL_WORLD_SIZE": str(nproc),
-        "GROUP_RANK": str(node_rank),
-        "GROUP_WORLD_SIZE": str(nnodes),
-        "MASTER_ADDR": addr,
-    }
-    if port is not None:
-        env["MASTER_PORT"] = str(port)
-    if init_method is None:
-        env["TORCHELASTIC_USE_AGENT_STORE"] = "True"
-    if "OMP_NUM_THREADS" not in os.environ:
-        # As torchrun: without it every CPU worker starts a thread per core and they fight.
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
+    env = job_env(nproc, nnodes, node_rank, addr, port, agent_store=init_method is None)
     init_kwargs: dict[str, Any] = {}
     if timeout is not None:
         init_kwargs["timeout"] = timeout
@@ -161,7 +148,7 @@ def spawn_native(
         init_kwargs,
     )
     on_death = None if store is None else functools.partial(_tell_peers, store, world_size)
-    explain = None if store is None else functools.partial(_job_verdict, store, world_size)
+    explain = None if store is None else functools.partial(job_verdict, store, world_size)
     try:
         return run_workers(
             worker,
@@ -183,14 +170,14 @@ def _tell_peers(store: Any, world_size: int, rank: int, how: str) -> None:
     record_failure(store, rank, f"its process {how}", world_size)
 
 
-def _job_verdict(store: Any, world_size: int, wait: float) -> str | None:
+def job_verdict(store: Any, world_size: int, wait: float) -> str | None:
     """The hang verdict from the workers' ledgers (asked for up to ``wait`` seconds, else
-    as they last published them); None when no worker has published one, or when no rank
-    waits in a collective (the failure then speaks for itself)."""
-    reports = collect(store, world_size, wait=wait)
-    if not any(report.records for report in reports):
+    as they last published them); None when no rank waits in a collective (the failure
+    then speaks for itself) or the verdict failed: it only adds to an error, never hides it."""
+    try:
+        found = verdict(collect(store, world_size, wait=wait), world_size)
+    except Exception:
         return None
-    found = verdict(reports, world_size)
     return None if found.kind == "no hang" else found.text
 
 
@@ -204,12 +191,43 @@ def _env_port() -> int | None:
         raise ValueError(f"MASTER_PORT={raw!r} is not a port number; fix or unset it.") from err
 
 
-def _host_store(port: int, world_size: int, timeout: timedelta | float | None) -> Any:
-    """The job's TCPStore, listening on ``port`` (0: a free one) until the job ends."""
+def job_env(
+    nproc: int,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    addr: str = "127.0.0.1",
+    port: int | None = None,
+    *,
+    agent_store: bool = True,
+) -> dict[str, str]:
+    """The environment of this node's workers, less their RANK and LOCAL_RANK;
+    ``agent_store``: they use the store the parent hosts (see `host_store`)."""
+    env = {
+        "WORLD_SIZE": str(nnodes * nproc),
+        "LOCAL_WORLD_SIZE": str(nproc),
+        "GROUP_RANK": str(node_rank),
+        "GROUP_WORLD_SIZE": str(nnodes),
+        "MASTER_ADDR": addr,
+    }
+    if port is not None:
+        env["MASTER_PORT"] = str(port)
+    if agent_store:
+        env["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+    if "OMP_NUM_THREADS" not in os.environ:
+        # As torchrun: without it every CPU worker starts a thread per core and they fight.
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
+    return env
+
+
+def host_store(
+    port: int, world_size: int, timeout: timedelta | float | None, *, host: str = "0.0.0.0"
+) -> Any:
+    """The job's TCPStore, listening on ``host``:``port`` (0: a free one, picked by the
+    kernel and held from that moment) until the job ends."""
     seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
     try:
         return TCPStore(
-            "0.0.0.0",
+            host,
             port,
             world_size,
             is_master=True,

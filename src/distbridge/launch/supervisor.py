@@ -114,7 +114,7 @@ def run_workers(
         on_death: ``on_death(rank, summary)`` for a worker that died without a report.
         output: the workers' streams that go through the parent (see `_output`); None: raw.
         explain: ``explain(wait)``: the hang verdict from the workers' ledgers (or None),
-            added to the error of a failure or of the job timeout.
+            added to the error of a failure or of the job timeout; it must not raise.
 
     Raises:
         WorkerFailedError: a worker raised or died; the error names the first that failed
@@ -264,13 +264,8 @@ class _Watch:
     explain: Callable[[float], str | None] | None = None
 
     def verdict(self, wait: float) -> str | None:
-        """The hang verdict, or None (never raises: it only adds to an error)."""
-        if self.explain is None:
-            return None
-        try:
-            return self.explain(wait)
-        except Exception:
-            return None
+        """The hang verdict, or None."""
+        return None if self.explain is None else self.explain(wait)
 
 
 def _supervise(workers: list[Worker], watch: _Watch) -> list[Any]:
@@ -305,7 +300,7 @@ def _supervise(workers: list[Worker], watch: _Watch) -> list[Any]:
             if worker.report is None:
                 failed.append(worker)
                 if watch.on_death is not None:
-                    watch.on_death(worker.rank, death(worker))
+                    watch.on_death(worker.rank, death(worker.process.exitcode))
             elif worker.report[0] != "ok":
                 failed.append(worker)
         if failed and window_end is None:

@@ -12,7 +12,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LogTail", "Member", "death", "kill_ranks", "log_size", "read_log"]
+__all__ = ["LogTail", "Member", "kill_ranks", "log_size", "read_log"]
 
 
 @dataclass
@@ -89,11 +89,3 @@ class LogTail:
             if rest:
                 self._on_line(rank, rest.decode("utf-8", errors="replace"))
                 self._partial[rank] = b""
-
-
-def death(exitcode: int) -> str:
-    """How a rank that ended without a word ended: "was killed by signal SIGKILL"."""
-    if exitcode < 0:
-        with contextlib.suppress(ValueError):
-            return f"was killed by signal {signal.Signals(-exitcode).name}"
-    return f"exited with code {exitcode}"

@@ -28,7 +28,6 @@ import tempfile
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from datetime import timedelta
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
@@ -37,13 +36,13 @@ from distbridge._registry import registry
 from distbridge.errors import DistributedError, suggest
 from distbridge.launch._main_module import check_main_module
 from distbridge.launch._signals import passing_on
+from distbridge.launch._worker_reports import death
+from distbridge.launch.native import host_store, job_env, job_verdict
 from distbridge.launch.supervisor import PEER_WINDOW_SECONDS, VERDICT_SECONDS
 from distbridge.reliability.fail_together import record_failure
-from distbridge.reliability.hang.collect import collect
 from distbridge.reliability.hang.signals import report_dir
-from distbridge.reliability.hang.verdict import verdict
 from distbridge.testing._protocol import Outcome, Setup, make_task
-from distbridge.testing._ranks import LogTail, Member, death, kill_ranks, log_size, read_log
+from distbridge.testing._ranks import LogTail, Member, kill_ranks, log_size, read_log
 from distbridge.testing._report import RanksFailedError, WorldRun
 from distbridge.testing._worker import serve
 
@@ -146,27 +145,11 @@ class WarmWorld:
         self._wait_ready()
 
     def _env(self) -> dict[str, str]:
+        """The ranks' environment, as spawn's, with the world's store (none when serial)."""
         if self.backend is None:
             return {}
-        from torch._C._distributed_c10d import TCPStore  # where torch defines it
-
-        # Port 0: the kernel picks a free port, held by the store from that moment.
-        self._store = TCPStore(
-            "127.0.0.1", 0, self.nproc, is_master=True, wait_for_workers=False,
-            timeout=timedelta(seconds=300),
-        )  # fmt: skip
-        env = {
-            "WORLD_SIZE": str(self.nproc),
-            "LOCAL_WORLD_SIZE": str(self.nproc),
-            "GROUP_RANK": "0",
-            "GROUP_WORLD_SIZE": "1",
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(self._store.port),
-            "TORCHELASTIC_USE_AGENT_STORE": "True",
-        }
-        if "OMP_NUM_THREADS" not in os.environ:  # as spawn: no thread per core in every rank
-            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // self.nproc))
-        return env
+        self._store = host_store(0, self.nproc, 300, host="127.0.0.1")
+        return job_env(self.nproc, port=self._store.port)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.start_timeout
@@ -282,15 +265,10 @@ class WarmWorld:
         return {r: p.pid for r, p in running if p.pid is not None and p.exitcode is None}
 
     def _verdict(self) -> str:
-        """The hang verdict from the ranks' collective ledgers, asked through the world's
-        store (``VERDICT_SECONDS``); "" without a store or when none is found."""
+        """The hang verdict from the ranks' collective ledgers (see `job_verdict`), or ""."""
         if self._store is None:
             return ""
-        try:
-            found = verdict(collect(self._store, self.nproc, wait=VERDICT_SECONDS), self.nproc)
-        except Exception:  # a verdict must never hide the timeout it explains
-            return ""
-        return "" if found.kind == "no hang" else found.text
+        return job_verdict(self._store, self.nproc, VERDICT_SECONDS) or ""
 
     def _stacks(self, ranks: list[int]) -> dict[int, str]:
         """Ask the ranks for their Python stacks (SIGUSR1) and read them from their logs."""
