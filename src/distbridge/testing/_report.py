@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from distbridge.errors import DistributedError
+from distbridge.reliability.hang.engine_trace import ranks_text
 from distbridge.testing._protocol import Outcome
 from distbridge.testing._where import user_frame, where
 
-__all__ = ["RanksFailedError", "WorldRun", "ranks_text"]
+__all__ = ["RanksFailedError", "WorldRun"]
 
 _PEER_FAILED = "PeerFailed"
 
@@ -157,8 +158,3 @@ class WorldRun:
         """Where each stopped rank is, from its stack: ``{0: "in barrier at test_x.py:12"}``."""
         places = {rank: where(self.stacks.get(rank, ""), self.path) for rank in self.stopped}
         return {rank: place for rank, place in places.items() if place is not None}
-
-
-def ranks_text(ranks: list[int]) -> str:
-    """``"rank 1"``, ``"ranks 1, 3"``."""
-    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from distbridge._collectives import all_gather
-from distbridge.testing._report import ranks_text
+from distbridge.reliability.hang.engine_trace import ranks_text
 
 __all__ = ["skip_if_any_rank"]
 
