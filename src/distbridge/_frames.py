@@ -7,11 +7,10 @@ testing layers (telemetry's ``site``).
 
 from __future__ import annotations
 
-import contextlib
 import os
 from types import FrameType
 
-__all__ = ["PACKAGE", "SEEN", "inside", "outside", "site"]
+__all__ = ["PACKAGE", "SEEN", "inside", "outside", "short_path", "site"]
 
 #: distbridge's own directory, with a trailing separator
 PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -45,12 +44,12 @@ def outside(frame: FrameType, skip: tuple[str, ...] = ()) -> FrameType:
         frame = back
 
 
+def short_path(path: str) -> str:
+    """``path`` relative to the working directory when it is below it."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith(os.pardir) else relative
+
+
 def site(frame: FrameType) -> str:
-    """``file:line in function`` of ``frame``, the file relative to the working directory
-    when it is below it."""
-    path = frame.f_code.co_filename
-    with contextlib.suppress(ValueError):  # another drive on Windows
-        relative = os.path.relpath(path)
-        if not relative.startswith(os.pardir):
-            path = relative
-    return f"{path}:{frame.f_lineno} in {frame.f_code.co_name}"
+    """``file:line in function`` of ``frame``, the file as `short_path` gives it."""
+    return f"{short_path(frame.f_code.co_filename)}:{frame.f_lineno} in {frame.f_code.co_name}"

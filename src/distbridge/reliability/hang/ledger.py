@@ -24,6 +24,8 @@ from typing import Any, Final, TypeVar
 
 import torch
 
+from distbridge._frames import short_path
+
 __all__ = [
     "CAPACITY_ENV_VAR",
     "DEFAULT_CAPACITY",
@@ -32,7 +34,6 @@ __all__ = [
     "GroupLog",
     "Members",
     "positive_env",
-    "short_path",
 ]
 
 #: entries kept per group, unless ``DISTBRIDGE_LEDGER_SIZE`` says otherwise
@@ -98,12 +99,6 @@ def _line(code: Any, offset: int) -> int:
         if number is not None and start <= offset:
             line = number
     return int(line)
-
-
-def short_path(path: str) -> str:
-    """``path`` relative to the working directory when it is below it."""
-    relative = os.path.relpath(path)
-    return path if relative.startswith(os.pardir) else relative
 
 
 def _what(kind: Any, shape: Any) -> str:

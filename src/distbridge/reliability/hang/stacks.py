@@ -25,9 +25,8 @@ import weakref
 from collections.abc import Callable
 from typing import IO, Any, Protocol
 
-from distbridge._frames import inside
+from distbridge._frames import inside, short_path
 from distbridge.reliability.hang.job_cards import alive, card_dir
-from distbridge.reliability.hang.ledger import short_path
 
 __all__ = [
     "StackWatcher",
