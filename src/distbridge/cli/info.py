@@ -25,6 +25,7 @@ from distbridge import environments
 from distbridge._registry import registry
 from distbridge.cli._format import format_info
 from distbridge.models import _accelerator
+from distbridge.models.native.init import AGENT_STORE_VAR
 
 __all__ = ["SCHEMA_VERSION", "collect", "main"]
 
@@ -32,7 +33,6 @@ SCHEMA_VERSION = 1
 
 # The variable with which a launcher says it hosts the store (torchrun, distbridge.spawn);
 # ``initialize`` then connects to that store instead of hosting one on rank 0.
-_AGENT_STORE_VAR = "TORCHELASTIC_USE_AGENT_STORE"
 _TORCHELASTIC = "torchelastic"  # torchrun and spawn: env:// or the launcher's own store
 #: What docs/troubleshooting.md has users set; shown set or not. Other variables that tune
 #: the backends (the prefixes) are shown when set.
@@ -187,7 +187,7 @@ def _plan(
     if name != _TORCHELASTIC and launch["world_size"] == 1:
         plan["summary"] = f"a world of one under {name}: an in-memory store (no port is opened)"
         return plan
-    if name == _TORCHELASTIC and env.get(_AGENT_STORE_VAR) == "True":
+    if name == _TORCHELASTIC and env.get(AGENT_STORE_VAR) == "True":
         plan.update(
             rendezvous="launcher-store",
             summary=f"connect to the store the launcher hosts at {where}",

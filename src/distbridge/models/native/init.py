@@ -27,6 +27,7 @@ from distbridge.models._layout import (
 from distbridge.models.native.gpus import check_nccl_gpus
 
 __all__ = [
+    "AGENT_STORE_VAR",
     "as_timeout",
     "bound_device",
     "init_process_group",
@@ -36,7 +37,8 @@ __all__ = [
     "restore_env",
 ]
 
-_AGENT_STORE_VAR = "TORCHELASTIC_USE_AGENT_STORE"
+#: set to "True" by a launcher that hosts the job's store itself (torchrun's agent, spawn)
+AGENT_STORE_VAR = "TORCHELASTIC_USE_AGENT_STORE"
 _TORCHELASTIC = "torchelastic"
 _EXPORT_HINTS = {  # how to give every process MASTER_ADDR / MASTER_PORT, per launcher
     "openmpi": "mpirun -x MASTER_ADDR=<host> -x MASTER_PORT=<port> ...",
@@ -86,7 +88,7 @@ def init_process_group(
         dist.init_process_group(
             backend, store=store, rank=launch.rank, world_size=launch.world_size, **extra
         )
-    elif os.environ.get(_AGENT_STORE_VAR) == "True":
+    elif os.environ.get(AGENT_STORE_VAR) == "True":
         store = _agent_store_client(launch, timeout)
         try:
             dist.init_process_group(
@@ -295,7 +297,7 @@ def _agent_store_client(launch: LaunchEnvironment, timeout: timedelta | None) ->
     """A client of the store the launcher hosts (torchrun's agent)."""
     if launch.master_addr is None or launch.master_port is None:
         raise DistributedError(
-            f"{_AGENT_STORE_VAR}=True but MASTER_ADDR / MASTER_PORT are not set: the launcher's "
+            f"{AGENT_STORE_VAR}=True but MASTER_ADDR / MASTER_PORT are not set: the launcher's "
             "store cannot be found. Set both, or unset the variable."
         )
     wait = timeout or _default_timeout()
