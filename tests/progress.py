@@ -16,7 +16,7 @@ import pytest
 
 #: What README says; measured with ``python -m pytest`` on 2 cores (see README, Quick start).
 HEADER = (
-    "distbridge: the whole suite takes about 23 minutes on 2 cores (it starts real processes); "
+    "distbridge: the whole suite takes about 30 minutes on 2 cores (it starts real processes); "
     "-m 'not distributed' runs the fast subset (about two minutes)"
 )
 
