@@ -310,7 +310,8 @@ class HorovodModel(ComputationModel):
         # shapes across ranks, and another rank may send the same chunks through that path
         # (its list was no x.chunk(n)).
         rows = tensor.reshape(-1, 1)
-        splits = [rows.shape[0] // self._group_size(group)] * self._group_size(group)
+        size = self._group_size(group)
+        splits = [rows.shape[0] // size] * size
         return alltoall(self._hvd, self._set(group), rows, splits).reshape(tensor.shape)
 
     @override
