@@ -76,9 +76,9 @@ def failure(
     own = first.report is not None and first.report[2] == "CollectiveTimeout"  # a better one
     ledgers = "" if own or not verdict else f"\n\nFrom the ranks' collective ledgers:\n{verdict}"
     # the rank at fault: as the first worker's error names it, else (it died without a word)
-    # as the others' errors or the ledgers do
+    # as the ledgers do, read after its death with its fault dump, else as the others' errors
     errors = [w.report[3] for w in workers if w.report and w.report[0] == "error"]
-    said = [first.report[3]] if first.report else [*errors, verdict or ""]
+    said = [first.report[3]] if first.report else [verdict or "", *errors]
     culprit = next(filter(None, map(headline, said)), None)
     lead = f"{sentence(culprit)}\n" if culprit else ""
     if first.report is not None:
