@@ -1,8 +1,8 @@
-"""What reading torch's flight recorder costs the hang report (``model.engine_trace``).
+"""What reading torch's flight recorder costs the hang report (``model._engine_trace``).
 
 A gloo world of one in this process runs ``--calls`` all-reduces, so torch's recorder holds
 its whole buffer (``TORCH_FR_BUFFER_SIZE``, 2,000 entries by default). Then, alternating
-(A, B, B, A, ...), the native model's ``engine_trace(8)`` (torch's JSON dump, parsed and
+(A, B, B, A, ...), the native model's ``_engine_trace(8)`` (torch's JSON dump, parsed and
 reduced to each group's last 8 entries) against the raw engine's own read of the same
 record (the dump and ``json.loads``), with a noise row (the raw read against itself) and
 the dump alone. Figures: the median milliseconds per read in each run, and the ratio.
@@ -56,10 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             dist.all_reduce(x)
         model = current()
         entries = len(json.loads(c10d._dump_fr_trace_json()).get("entries", []))
-        shown = len((model.engine_trace(8) or {}).get("entries", []))
+        shown = len((model._engine_trace(8) or {}).get("entries", []))
 
         def ours() -> object:
-            return model.engine_trace(8)
+            return model._engine_trace(8)
 
         def raw() -> object:
             return json.loads(c10d._dump_fr_trace_json())
@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return c10d._dump_fr_trace_json()
 
         rows: dict[str, tuple[Call, Call]] = {
-            "engine_trace(8) / raw dump + json.loads": (ours, raw),
+            "_engine_trace(8) / raw dump + json.loads": (ours, raw),
             "noise: raw / itself": (raw, raw),
             "raw dump alone / raw dump + json.loads": (dump, raw),
         }

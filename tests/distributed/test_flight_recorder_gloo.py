@@ -1,4 +1,4 @@
-"""torch's flight recorder as the native model reads it (``engine_trace``), on a warm world of
+"""torch's flight recorder as the native model reads it (``_engine_trace``), on a warm world of
 3 gloo ranks: the entries of the collectives a test just ran, against what it ran."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _runs(local_rank: int, shapes: list[tuple[int, ...]]) -> dict[str, Any]:
 
     model = _state.current()
     pair = idist.new_group([0, 1])  # made once per world (groups are cached by ranks)
-    before = model.engine_trace(ALL)
+    before = model._engine_trace(ALL)
     for shape in shapes:
         idist.all_reduce(torch.ones(shape))
         idist.broadcast(torch.ones(shape, dtype=torch.int64), src=0)
@@ -33,11 +33,11 @@ def _runs(local_rank: int, shapes: list[tuple[int, ...]]) -> dict[str, Any]:
     # torch retires an entry a moment after the call returned (another thread): wait for it
     deadline = time.monotonic() + RETIRE_SECONDS
     while True:
-        after = model.engine_trace(ALL)
+        after = model._engine_trace(ALL)
         if all(e["state"] == "ended" for e in after["entries"]) or time.monotonic() > deadline:
             break
         time.sleep(0.05)
-    return {"before": before, "after": after, "two": model.engine_trace(2)}
+    return {"before": before, "after": after, "two": model._engine_trace(2)}
 
 
 PAIR_REDUCE = {"op": "gloo:all_reduce", "what": "Double[5]", "group": [0, 1]}

@@ -255,4 +255,4 @@ def test_the_report_carries_the_engine_record_or_a_note() -> None:
     assert hang_report.report(0, ledger, broken)["engine"] == {
         "note": "the engine's record could not be read: RuntimeError: gone"
     }
-    assert SerialModel().engine_trace(8) is None  # a model without an engine record
+    assert SerialModel()._engine_trace(8) is None  # a model without an engine record

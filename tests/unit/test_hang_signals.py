@@ -31,7 +31,7 @@ class _TwoRanks:
     ``watch_signals`` reads)."""
 
     fails_together = True
-    engine_trace = None
+    _engine_trace = None
 
     def __init__(self, ledger: CollectiveLedger) -> None:
         self.ledger = ledger

@@ -35,7 +35,7 @@ def all_to_all(
         return tensors if resolved is _NOT_A_MEMBER else _all_to_all_one(model, tensors, resolved)
     if resolved is _NOT_A_MEMBER:
         return list(tensors)
-    size, me = model.group_size(resolved), model.group_rank(resolved)
+    size, me = model._group_size(resolved), model._group_rank(resolved)
     if not isinstance(tensors, (list, tuple)) or len(tensors) != size:
         raise ValueError(
             f"all_to_all needs a list of {size} tensors (one per rank), got {tensors!r}."
@@ -69,7 +69,7 @@ def all_to_all(
     out_splits = [math.prod(s) for s in received]
     if dtype in model.uncarried_dtypes:
         width = data.element_size()
-        raw = model.do_all_to_all(
+        raw = model._do_all_to_all(
             byte_view.as_bytes(data),
             [n * width for n in in_splits],
             [n * width for n in out_splits],
@@ -77,7 +77,7 @@ def all_to_all(
         )
         out = byte_view.from_bytes(raw, dtype, (raw.numel() // dtype.itemsize,))
     else:
-        out = model.do_all_to_all(data, in_splits, out_splits, resolved)
+        out = model._do_all_to_all(data, in_splits, out_splits, resolved)
     pieces = torch.split(out, out_splits)
     return [p.reshape(s).to(t.device) for p, s, t in zip(pieces, received, tensors, strict=True)]
 
@@ -86,7 +86,7 @@ def _all_to_all_one(model: ModelContract, x: torch.Tensor, group: Any) -> torch.
     """``all_to_all`` of one tensor, as ``all_to_all_single`` with equal splits: chunk j of dim
     0 goes to group rank j; returns a new tensor of ``x``'s shape whose chunk j came from rank
     j. Every rank passes the same shape (nothing is exchanged first)."""
-    size = model.group_size(group)
+    size = model._group_size(group)
     shape_rows.check_equal_chunks(
         "all_to_all of one tensor", x, size, f", or pass a list of {size} tensors (any sizes)"
     )
@@ -95,12 +95,12 @@ def _all_to_all_one(model: ModelContract, x: torch.Tensor, group: Any) -> torch.
     work = model.to_placement(x)
     if x.dtype in model.uncarried_dtypes:  # as bytes: row j holds chunk j's bytes
         data = byte_view.as_bytes(work)
-        rows = model.do_all_to_all_even(data.view(size, data.numel() // size), group)
+        rows = model._do_all_to_all_even(data.view(size, data.numel() // size), group)
         out = byte_view.from_bytes(rows, x.dtype, tuple(x.shape))
     else:
         if group is None and work is x:
             model.fast_all_to_all.remember(x)
-        out = model.do_all_to_all_even(work, group)
+        out = model._do_all_to_all_even(work, group)
     return out if out.device == x.device else out.to(x.device)
 
 
@@ -122,7 +122,7 @@ def chunks_known(model: ModelContract, tensors: list[Any]) -> list[torch.Tensor]
             return None
     if _end_to_end(tensors) is None:  # not the chunks of ``whole`` along dim 0, in order
         return None
-    return list(model.do_all_to_all_even(whole, None).chunk(size))
+    return list(model._do_all_to_all_even(whole, None).chunk(size))
 
 
 def _all_to_all_uniform(
@@ -146,19 +146,19 @@ def _all_to_all_uniform(
             return None
         if t.dtype is not dtype or t.shape != shape or t.device != device:
             return None
-    if model.placement(first) != device:
+    if model._placement(first) != device:
         return None
     total = _end_to_end(tensors)
     whole = None if total is None else _chunked(first, size)
     if whole is not None:  # x.chunk(size): x itself goes, and its answer is cut the same way
         if group is None:
             model.fast_all_to_all.remember(whole)  # see chunks_known
-        return list(model.do_all_to_all_even(whole, group).chunk(size))
+        return list(model._do_all_to_all_even(whole, group).chunk(size))
     data = None if total is None else _view_of(first, total)
     if data is None:
         data = torch.cat([t.reshape(-1) for t in tensors])
     splits = [first.numel()] * size
-    out = model.do_all_to_all(data, splits, splits, group)
+    out = model._do_all_to_all(data, splits, splits, group)
     return list(out.view(size, *shape).unbind(0))
 
 

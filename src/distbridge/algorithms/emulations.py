@@ -18,7 +18,7 @@ __all__ = ["emulate_all_to_all", "emulate_gather", "emulate_reduce_scatter", "em
 
 def emulate_gather(model: ModelContract, tensor: torch.Tensor, group: Any) -> list[torch.Tensor]:
     """Gather through all-gather: every rank receives everything (fine for small worlds)."""
-    stacked = model.do_all_gather(tensor.unsqueeze(0).contiguous(), group)
+    stacked = model._do_all_gather(tensor.unsqueeze(0).contiguous(), group)
     return list(stacked.unbind(0))
 
 
@@ -30,19 +30,19 @@ def emulate_scatter(
     group: Any,
 ) -> torch.Tensor:
     """Scatter through one broadcast of every chunk; each rank keeps its own."""
-    size = model.group_size(group)
+    size = model._group_size(group)
     stacked = torch.stack(chunks) if chunks is not None else out.new_empty((size, *out.shape))
-    stacked = model.do_broadcast(stacked, src, group)
-    return stacked[model.group_rank(group)].clone()
+    stacked = model._do_broadcast(stacked, src, group)
+    return stacked[model._group_rank(group)].clone()
 
 
 def emulate_reduce_scatter(
     model: ModelContract, tensor: torch.Tensor, op: str, group: Any
 ) -> torch.Tensor:
     """Reduce-scatter through all-reduce of a copy, then this rank's chunk."""
-    full = model.do_all_reduce(tensor.clone(), op, group)
-    size = model.group_size(group)
-    return full.chunk(size)[model.group_rank(group)].clone()
+    full = model._do_all_reduce(tensor.clone(), op, group)
+    size = model._group_size(group)
+    return full.chunk(size)[model._group_rank(group)].clone()
 
 
 def emulate_all_to_all(
@@ -53,15 +53,15 @@ def emulate_all_to_all(
     group: Any,
 ) -> torch.Tensor:
     """All-to-all through all-gathers: every rank's split table, then every padded buffer."""
-    size, me = model.group_size(group), model.group_rank(group)
+    size, me = model._group_size(group), model._group_rank(group)
     header = torch.tensor(
-        [data.numel(), *in_splits], dtype=torch.int64, device=model.collective_device()
+        [data.numel(), *in_splits], dtype=torch.int64, device=model._collective_device()
     )
-    table = model.do_all_gather(header, group).view(size, size + 1).cpu()
+    table = model._do_all_gather(header, group).view(size, size + 1).cpu()
     longest = int(table[:, 0].max())
     padded = data.new_zeros(longest)
     padded[: data.numel()] = data
-    everything = model.do_all_gather(padded, group).view(size, longest)
+    everything = model._do_all_gather(padded, group).view(size, longest)
     pieces = []
     for sender in range(size):
         start = int(table[sender, 1 : 1 + me].sum())  # what the sender sends to ranks before me

@@ -60,5 +60,5 @@ def all_reduce_by_fold(
     """``tensor`` reduced with ``op`` over ``group`` where the backend's own all-reduce cannot
     (or not exactly): every member's tensor all-gathered as one row and folded here in rank
     order, so every member gets the same bits. A new tensor of ``tensor``'s shape."""
-    rows = model.do_all_gather(tensor.reshape(1, -1), group)
+    rows = model._do_all_gather(tensor.reshape(1, -1), group)
     return fold(rows, op).view(tensor.shape)

@@ -101,9 +101,9 @@ class GroupCache:
         if isinstance(group, (list, tuple, range)) or is_mesh(group):
             resolved = self.get(group)  # type: ignore[arg-type]
         else:
-            self._model.check_group(group)
+            self._model._check_group(group)
             resolved = group
-        return self.NOT_A_MEMBER if self._model.group_rank(resolved) < 0 else resolved
+        return self.NOT_A_MEMBER if self._model._group_rank(resolved) < 0 else resolved
 
     def get(self, ranks: Sequence[int], **kwargs: Any) -> Any:
         """The cached group of ``ranks`` with ``kwargs``, created on first use; ``[]`` for no
@@ -123,9 +123,9 @@ class GroupCache:
         try:
             hash(key)
         except TypeError:  # options that cannot be hashed (e.g. pg_options): never cached
-            return self._model.make_group(key_ranks, **kwargs)
+            return self._model._make_group(key_ranks, **kwargs)
         if key not in self._groups:
-            self._groups[key] = self._model.make_group(key_ranks, **kwargs)
+            self._groups[key] = self._model._make_group(key_ranks, **kwargs)
         return self._groups[key]
 
     def cached(self, ranks: Sequence[int]) -> Any | None:

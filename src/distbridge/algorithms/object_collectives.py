@@ -57,7 +57,7 @@ def _encode_everywhere(
     frame, failure = _try_encode(obj, serializer)
     size = frame_size(frame) if failure is None else _FAILED
     mine = torch.tensor([size], dtype=torch.int64, device=device)
-    sizes = [int(n) for n in model.do_all_gather(mine, channel).tolist()]
+    sizes = [int(n) for n in model._do_all_gather(mine, channel).tolist()]
     if failure is not None:
         raise TypeError(f"{what}: this rank's object cannot be serialized: {failure}") from failure
     bad = [r for r, n in enumerate(sizes) if n == _FAILED]
@@ -81,16 +81,16 @@ def all_gather_object(
     resolved = model.groups.resolve(group)
     if resolved is _NOT_A_MEMBER:
         return [obj]
-    channel, device = model.object_transport(resolved)
+    channel, device = model._object_transport(resolved)
     frame, sizes = _encode_everywhere(model, obj, serializer, channel, device, "all_gather_object")
-    longest, me = max(sizes), model.group_rank(resolved)
+    longest, me = max(sizes), model._group_rank(resolved)
     received = torch.empty(len(sizes) * longest, dtype=torch.uint8)
     mine = received[me * longest : (me + 1) * longest]
     frame_into(frame, mine.numpy())
     if device.type == "cpu":
-        model.do_all_gather_into(received, mine, channel)
+        model._do_all_gather_into(received, mine, channel)
     else:
-        received.copy_(model.do_all_gather(mine.to(device), channel).cpu())
+        received.copy_(model._do_all_gather(mine.to(device), channel).cpu())
     data = received.numpy()
     return [
         decode_frame(data[r * longest : (r + 1) * longest], serializer) for r in range(len(sizes))
@@ -104,9 +104,9 @@ def gather_object(
     model.check_root("dst", dst, resolved)
     if resolved is _NOT_A_MEMBER:
         return []
-    channel, device = model.object_transport(resolved)
+    channel, device = model._object_transport(resolved)
     frame, sizes = _encode_everywhere(model, obj, serializer, channel, device, "gather_object")
-    frames = model.do_gather(_filled(frame, max(sizes)).to(device), dst, channel)
+    frames = model._do_gather(_filled(frame, max(sizes)).to(device), dst, channel)
     if model.get_rank() != dst or frames is None:
         return []
     return [decode_frame(f.cpu().numpy(), serializer) for f in frames]
@@ -119,12 +119,12 @@ def broadcast_object(
     model.check_root("src", src, resolved)
     if resolved is _NOT_A_MEMBER:
         return obj
-    channel, device = model.object_transport(resolved)
+    channel, device = model._object_transport(resolved)
     is_src = model.get_rank() == src
     frame, failure = _try_encode(obj, serializer) if is_src else (Frame(), None)
     size = (frame_size(frame) if failure is None else _FAILED) if is_src else 0
     header = torch.tensor([size], dtype=torch.int64, device=device)
-    size = int(model.do_broadcast(header, src, channel).item())
+    size = int(model._do_broadcast(header, src, channel).item())
     if failure is not None:
         raise TypeError(
             f"broadcast_object: the object cannot be serialized: {failure}"
@@ -134,7 +134,7 @@ def broadcast_object(
             f"broadcast_object: rank {src} could not serialize its object (see its error)."
         )
     data = _filled(frame, size) if is_src else torch.empty(size, dtype=torch.uint8)
-    data = model.do_broadcast(data.to(device), src, channel)
+    data = model._do_broadcast(data.to(device), src, channel)
     return obj if is_src else decode_frame(data.cpu().numpy(), serializer)
 
 
@@ -145,8 +145,8 @@ def scatter_object(
     model.check_root("src", src, resolved)
     if resolved is _NOT_A_MEMBER:
         return None
-    channel, device = model.object_transport(resolved)
-    size, me = model.group_size(resolved), model.group_rank(resolved)
+    channel, device = model._object_transport(resolved)
+    size, me = model._group_size(resolved), model._group_rank(resolved)
     is_src = model.get_rank() == src
     problem: Exception | None = None
     frames: list[Frame] = []
@@ -164,7 +164,7 @@ def scatter_object(
             problem = TypeError(f"scatter_object: an object cannot be serialized: {failure}")
         else:
             sizes = [frame_size(frame) for frame in frames]
-    table = model.do_broadcast(torch.tensor(sizes, dtype=torch.int64, device=device), src, channel)
+    table = model._do_broadcast(torch.tensor(sizes, dtype=torch.int64, device=device), src, channel)
     sizes = [int(n) for n in table.tolist()]
     if problem is not None:
         raise problem
@@ -175,5 +175,5 @@ def scatter_object(
     longest = max(sizes)
     chunks = [_filled(frame, longest).to(device) for frame in frames] if is_src else None
     out = torch.empty(longest, dtype=torch.uint8, device=device)
-    got = model.do_scatter(chunks, out, src, channel)
+    got = model._do_scatter(chunks, out, src, channel)
     return decode_frame(got.cpu().numpy()[: sizes[me]], serializer)

@@ -80,12 +80,12 @@ def reduce(model: ModelContract, x: Any, dst: int, op: str, group: Any) -> Any:
     if not is_dst and work is x:
         work = work.clone()  # backends may use non-destination buffers as scratch space
     work, back = carriers.reduction_carrier(work, name, model.uncarried_dtypes)
-    sent_op = "SUM" if name == "AVG" and not model.native_avg() else name
-    out = model.do_reduce(work, dst, sent_op, resolved)
+    sent_op = "SUM" if name == "AVG" and not model._native_avg() else name
+    out = model._do_reduce(work, dst, sent_op, resolved)
     if not is_dst:
         return x
     if sent_op != name:
-        divide_(out, model.group_size(resolved))
+        divide_(out, model._group_size(resolved))
     return write_back(x, out if back is None else back(out))
 
 
@@ -111,23 +111,23 @@ def gather(
         raise TypeError(shape_rows.why_bad(x, "gather's tensor"))
     if table is None and x.dtype not in model.uncarried_dtypes:  # nothing to trim
         work = model.to_placement(x)
-        parts = model.do_gather(work, dst, resolved)
+        parts = model._do_gather(work, dst, resolved)
         if resolved is None and work is x:  # went as it was: see gather_known
             model.fast_gather.remember(x)
         if not is_dst or parts is None:
             return []
         return parts if parts[0].device == x.device else [p.to(x.device) for p in parts]
     if table is None:
-        dtype, shapes = x.dtype, [tuple(x.shape)] * model.group_size(resolved)
+        dtype, shapes = x.dtype, [tuple(x.shape)] * model._group_size(resolved)
     else:
         dtype, shapes = shape_rows.decode(table)  # any number of dims on each rank
     length = _longest(shapes)
     work = model.to_placement(_flat_padded(x, length))
     if dtype in model.uncarried_dtypes:
-        parts = model.do_gather(byte_view.as_bytes(work), dst, resolved)
+        parts = model._do_gather(byte_view.as_bytes(work), dst, resolved)
         parts = [byte_view.from_bytes(p, dtype, (length,)) for p in parts] if parts else parts
     else:
-        parts = model.do_gather(work, dst, resolved)
+        parts = model._do_gather(work, dst, resolved)
     if not is_dst or parts is None:
         return []
     return [_cut(p, s).to(x.device) for p, s in zip(parts, shapes, strict=True)]
@@ -144,7 +144,7 @@ def all_gather_with_shapes(
     resolved = model.groups.resolve(group)
     if resolved is _NOT_A_MEMBER:
         return [tensor]
-    size, me = model.group_size(resolved), model.group_rank(resolved)
+    size, me = model._group_size(resolved), model._group_rank(resolved)
     if not isinstance(shapes, Sequence) or not all(isinstance(s, Sequence) for s in shapes):
         raise TypeError(
             f"shapes must be a list with one shape per group rank, e.g. [[2, 3], [4, 3]], "
@@ -204,7 +204,7 @@ def gather_known(model: ModelContract, x: torch.Tensor, dst: object) -> list[Any
     every check before (see ``fast_path``); None for a ``dst`` that is not plainly right."""
     if type(dst) is not int or not 0 <= dst < model.get_world_size():
         return None
-    parts = model.do_gather(x, dst, None)
+    parts = model._do_gather(x, dst, None)
     return parts if parts is not None and model.get_rank() == dst else []
 
 
@@ -217,7 +217,7 @@ def scatter(model: ModelContract, tensors: Any, src: int, group: Any, out: Any =
         raise TypeError(shape_rows.why_bad(out, "scatter's out"))
     if resolved is _NOT_A_MEMBER:
         return None
-    size, me = model.group_size(resolved), model.group_rank(resolved)
+    size, me = model._group_size(resolved), model._group_rank(resolved)
     is_src = model.get_rank() == src
     if out is not None:
         return _scatter_into(model, tensors if is_src else None, out, src, resolved, size)
@@ -234,14 +234,14 @@ def scatter(model: ModelContract, tensors: Any, src: int, group: Any, out: Any =
             bad = [i for i, r in enumerate(rows) if r[0] == shape_rows.BAD]
             if bad:
                 problem = TypeError(shape_rows.why_bad(tensors[bad[0]], f"tensors[{bad[0]}]"))
-    table_t = torch.tensor(rows, dtype=torch.int64, device=model.collective_device())
-    table = model.do_broadcast(table_t, src, resolved).cpu().numpy()
+    table_t = torch.tensor(rows, dtype=torch.int64, device=model._collective_device())
+    table = model._do_broadcast(table_t, src, resolved).cpu().numpy()
     if problem is not None:
         raise problem
     dtype, shapes = shape_rows.decode(table)  # any number of dims for each receiver
     length = _longest(shapes)
     device = tensors[me].device if is_src else model.device()
-    out = torch.empty(length, dtype=dtype, device=model.collective_device())
+    out = torch.empty(length, dtype=dtype, device=model._collective_device())
     chunks = [_flat_padded(t, length).to(out.device) for t in tensors] if is_src else None
     return _cut(_do_scatter(model, chunks, out, src, resolved), shapes[me]).to(device)
 
@@ -251,9 +251,9 @@ def _do_scatter(
 ) -> torch.Tensor:
     """The backend's scatter into placed ``out``, as bytes where it lacks ``out``'s dtype."""
     if out.dtype not in model.uncarried_dtypes:
-        return model.do_scatter(chunks, out, src, group)
+        return model._do_scatter(chunks, out, src, group)
     raw = [byte_view.as_bytes(c) for c in chunks] if chunks is not None else None
-    got = model.do_scatter(raw, byte_view.as_bytes(out), src, group)
+    got = model._do_scatter(raw, byte_view.as_bytes(out), src, group)
     return byte_view.from_bytes(got, out.dtype, tuple(out.shape))
 
 
@@ -302,7 +302,7 @@ def scatter_known(
             if t.dtype is not dtype or t.shape != shape or t.device != device:
                 return None
         chunks = [t.contiguous() for t in tensors]
-    return write_back(out, model.do_scatter(chunks, out, src, None))
+    return write_back(out, model._do_scatter(chunks, out, src, None))
 
 
 def _check_scatter_into(tensors: Any, out: torch.Tensor, size: int) -> ValueError | None:
@@ -331,12 +331,12 @@ def reduce_scatter(model: ModelContract, tensor: Any, op: str, group: Any) -> An
     resolved = model.groups.resolve(group)
     if resolved is _NOT_A_MEMBER:
         return tensor
-    size = model.group_size(resolved)
+    size = model._group_size(resolved)
     shape_rows.check_equal_chunks("reduce_scatter", tensor, size, "")
     work = model.to_placement(tensor)
     work, back = carriers.reduction_carrier(work, name, model.uncarried_dtypes)
-    sent_op = "SUM" if name == "AVG" and not model.native_avg() else name
-    out = model.do_reduce_scatter(work, sent_op, resolved)
+    sent_op = "SUM" if name == "AVG" and not model._native_avg() else name
+    out = model._do_reduce_scatter(work, sent_op, resolved)
     if sent_op != name:
         divide_(out, size)
     result = out if back is None else back(out)

@@ -78,8 +78,8 @@ def decode(rows: np.ndarray[Any, Any]) -> tuple[torch.dtype, list[tuple[int, ...
 
 def exchange(model: ModelContract, rows: list[list[int]], group: Any) -> np.ndarray[Any, Any]:
     """All-gather every rank's rows: an array of shape (group size, len(rows), width)."""
-    local = torch.tensor(rows, dtype=torch.int64, device=model.collective_device())
-    out = model.do_all_gather(local.reshape(-1), group).cpu().numpy()
+    local = torch.tensor(rows, dtype=torch.int64, device=model._collective_device())
+    out = model._do_all_gather(local.reshape(-1), group).cpu().numpy()
     return out.reshape(-1, len(rows), WIDTH)
 
 

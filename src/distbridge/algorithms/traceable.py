@@ -67,9 +67,9 @@ def _resolve(model: ModelContract, group: Any) -> Any:
                 "before the compiled function runs."
             )
     else:
-        model.check_group(group)
+        model._check_group(group)
         resolved = group
-    return _NOT_A_MEMBER if model.group_rank(resolved) < 0 else resolved
+    return _NOT_A_MEMBER if model._group_rank(resolved) < 0 else resolved
 
 
 def _process_group(resolved: Any) -> Any:
@@ -83,7 +83,7 @@ def _reduced(model: ModelContract, x: torch.Tensor, name: str, resolved: Any) ->
     work, back = carriers.reduction_carrier(x, name, model.uncarried_dtypes)
     pg = _process_group(resolved)
     engine_op = backend_op(model.backend(), work.dtype, name)  # the eager path's rule
-    average = engine_op == "AVG" and not model.native_avg()
+    average = engine_op == "AVG" and not model._native_avg()
     sent = "SUM" if average else engine_op
     if sent is None:  # fold, in rank order, as the eager path does
         rows = funcol.all_gather_tensor(work.reshape(1, -1), 0, pg)
@@ -95,7 +95,7 @@ def _reduced(model: ModelContract, x: torch.Tensor, name: str, resolved: Any) ->
     else:
         out = funcol.all_reduce(work, _FUNCOL_OPS[sent], pg)
     if average:
-        out = divide_(out, model.group_size(resolved))
+        out = divide_(out, model._group_size(resolved))
     return out if back is None else back(out)
 
 
@@ -164,7 +164,7 @@ def all_gather(model: ModelContract, x: torch.Tensor, group: Any) -> torch.Tenso
     if resolved is _NOT_A_MEMBER:
         return x
     x = x.unsqueeze(0) if x.dim() == 0 else x
-    size = model.group_size(resolved)
+    size = model._group_size(resolved)
     out = funcol.all_gather_tensor(_sendable(model, x), 0, _process_group(resolved))
     return _received(model, out, x.dtype, (size * x.shape[0], *x.shape[1:]))
 
@@ -201,7 +201,7 @@ def scatter(model: ModelContract, tensors: Any, src: int, group: Any, out: Any) 
     model.check_root("src", src, resolved)
     if resolved is _NOT_A_MEMBER:
         return None
-    size, is_src = model.group_size(resolved), model.get_rank() == src
+    size, is_src = model._group_size(resolved), model.get_rank() == src
     if not isinstance(out, torch.Tensor):  # on every rank alike: no rank waits for another
         raise ValueError(
             "scatter inside torch.compile needs out= on every rank (a compiled region cannot "
@@ -232,10 +232,10 @@ def reduce_scatter(model: ModelContract, x: torch.Tensor, op: str, group: Any) -
     resolved = _resolve(model, group)
     if resolved is _NOT_A_MEMBER:
         return x
-    size = model.group_size(resolved)
+    size = model._group_size(resolved)
     shape_rows.check_equal_chunks("reduce_scatter", x, size, "")
     out = _reduced(model, x, name, resolved)  # one all-reduce: exact for every dtype and op
-    return out.chunk(size)[model.group_rank(resolved)].clone()
+    return out.chunk(size)[model._group_rank(resolved)].clone()
 
 
 def all_to_all(model: ModelContract, tensors: Any, group: Any) -> list[torch.Tensor] | torch.Tensor:
@@ -245,7 +245,7 @@ def all_to_all(model: ModelContract, tensors: Any, group: Any) -> list[torch.Ten
     single = isinstance(tensors, torch.Tensor)
     if resolved is _NOT_A_MEMBER:
         return tensors if single else list(tensors)
-    size = model.group_size(resolved)
+    size = model._group_size(resolved)
     x = tensors if single else torch.stack(list(tensors))
     if single:
         shape_rows.check_equal_chunks("all_to_all of one tensor", x, size, "")

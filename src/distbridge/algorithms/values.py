@@ -34,7 +34,7 @@ def _header(model: ModelContract, kind: int, a: int = 0, b: int = 0, inline: byt
     words[:3] = (kind, a, b)
     if inline:
         words[3:].view(np.uint8)[: len(inline)] = np.frombuffer(inline, dtype=np.uint8)
-    return torch.from_numpy(words).to(model.collective_device())
+    return torch.from_numpy(words).to(model._collective_device())
 
 
 def _inline_bytes(row: np.ndarray[Any, Any], length: int) -> bytes:
@@ -79,7 +79,7 @@ def broadcast_value(model: ModelContract, value: Any, src: int, group: Any) -> A
     inline = payload if len(payload) <= _INLINE else b""
     if kind == codec.KIND_TENSOR and b <= _WORDS - 3:
         inline = np.asarray(value.shape, dtype="<i8").tobytes()
-    sent = model.do_broadcast(_header(model, kind, a, b, inline), src, group)
+    sent = model._do_broadcast(_header(model, kind, a, b, inline), src, group)
     row = sent.cpu().numpy()
     kind, a, b = (int(x) for x in row[:3])
     if failure is not None:
@@ -102,7 +102,7 @@ def broadcast_value(model: ModelContract, value: Any, src: int, group: Any) -> A
                 data = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
             else:
                 data = torch.empty(a, dtype=torch.uint8)
-            sent = model.do_broadcast(data.to(model.collective_device()), src, group)
+            sent = model._do_broadcast(data.to(model._collective_device()), src, group)
             payload = sent.cpu().numpy().tobytes()
         text = payload.decode("utf-8")
         return text if kind == codec.KIND_STR else codec.decode_path(text)
@@ -112,7 +112,7 @@ def broadcast_value(model: ModelContract, value: Any, src: int, group: Any) -> A
             shape = [int(d) for d in row[3 : 3 + ndim]]
         else:
             shape_t = torch.tensor(list(value.shape) if is_src else [0] * ndim, dtype=torch.int64)
-            shape = model.do_broadcast(shape_t.to(model.collective_device()), src, group).tolist()
+            shape = model._do_broadcast(shape_t.to(model._collective_device()), src, group).tolist()
         target = value if is_src else torch.empty(shape, dtype=dtype, device=model.device())
         return model.broadcast_tensor(target, src, group)
     raise ValueError(f"Received an unknown broadcast header {row.tolist()}: a desynchronized job?")
@@ -121,7 +121,7 @@ def broadcast_value(model: ModelContract, value: Any, src: int, group: Any) -> A
 def broadcast_failure(model: ModelContract, error: Exception, src: int, group: Any) -> None:
     """Tell the other ranks of a broadcast that the source ``src`` cannot send (it is about to
     raise ``error``): they raise the same exception type instead of waiting for data."""
-    model.do_broadcast(_header(model, _SEND_FAILED, _failure_code(error), 0, b""), src, group)
+    model._do_broadcast(_header(model, _SEND_FAILED, _failure_code(error), 0, b""), src, group)
 
 
 def _category(kind: int) -> str:
@@ -138,7 +138,7 @@ def gather_values(model: ModelContract, value: Any, group: Any) -> list[Any]:
     except Exception as err:  # an int past 64 bits, or whatever pickle raises
         failure, kind, second, payload = err, _SEND_FAILED, _failure_code(err), b""
     inline = payload if len(payload) <= _INLINE else b""
-    gathered = model.do_all_gather(_header(model, kind, second, inline=inline), group)
+    gathered = model._do_all_gather(_header(model, kind, second, inline=inline), group)
     rows = gathered.cpu().numpy().reshape(-1, _WORDS)
     header = [(int(r[0]), int(r[1])) for r in rows]
     _raise_if_failed(header, failure)
@@ -195,6 +195,6 @@ def _gather_bytes(
     padded = torch.zeros(longest, dtype=torch.uint8)
     if payload:
         padded[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-    gathered = model.do_all_gather(padded.to(model.collective_device()), group)
+    gathered = model._do_all_gather(padded.to(model._collective_device()), group)
     rows = gathered.cpu().numpy().reshape(len(sizes), longest)
     return [bytes(rows[i, :n].tobytes()) for i, n in enumerate(sizes)]

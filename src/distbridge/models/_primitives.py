@@ -8,11 +8,10 @@ has the op. Where a process sits comes from ``_layout`` and ``_device``, which e
 sets.
 
 The code below the models (algorithms, reliability, launch) uses a model only through the
-typed contract ``distbridge.model_contract.ModelContract``: the primitives under public
-names (``do_all_reduce`` for ``_do_all_reduce``...), the per-model state made here (group
-cache, ledger, fast paths, timed barriers, stack watcher), the tensor round trips, and
-failing together. A backend overrides only the ``_`` hooks. ``ComputationModel``
-(``models/base.py``) builds the public collectives on top.
+typed contract ``distbridge.model_contract.ModelContract``: the ``_`` hooks themselves
+(``_do_all_reduce``, ``_group_size``...), the per-model state made here (group cache,
+ledger, fast paths, timed barriers, stack watcher), the tensor round trips, and failing
+together. ``ComputationModel`` (``models/base.py``) builds the public collectives on top.
 
 The module is longer than most because it is that whole interface, in one place.
 """
@@ -346,101 +345,6 @@ class BackendPrimitives(ABC):
         ``{"source": ..., "entries": [{"seq", "op", "group", "what", "state"}, ...]}``, or
         ``{"source": ..., "note": why it cannot be read}``. Default: None (no such record)."""
         return None
-
-    # ---- the primitives under public names: what algorithms and reliability call ------------
-    # (``distbridge.model_contract.ModelContract``; a backend overrides the ``_`` hooks above)
-
-    def collective_device(self) -> torch.device:
-        """Where numbers, strings and headers are encoded for this backend's collectives."""
-        return self._collective_device()
-
-    def placement(self, tensor: torch.Tensor) -> torch.device:
-        """The device on which the backend can reduce ``tensor``."""
-        return self._placement(tensor)
-
-    def native_avg(self) -> bool:
-        """Whether the backend averages itself (else AVG is SUM and a division)."""
-        return self._native_avg()
-
-    def object_transport(self, group: Any) -> tuple[Any, torch.device]:
-        """The group and device that carry pickled objects for ``group``."""
-        return self._object_transport(group)
-
-    def coordination_store(self) -> Any | None:
-        """The store every rank shares beside the communicator (None without peers)."""
-        return self._coordination_store()
-
-    def engine_trace(self, limit: int) -> dict[str, Any] | None:
-        """The engine's own record of recent collectives, ``limit`` per group (None: none)."""
-        return self._engine_trace(limit)
-
-    def make_group(self, ranks: tuple[int, ...], **kwargs: Any) -> Any:
-        """A new group of ``ranks`` (sorted, unique, validated); every rank calls this."""
-        return self._make_group(ranks, **kwargs)
-
-    def check_group(self, group: object) -> None:
-        """TypeError unless ``group`` is a group object of this backend."""
-        self._check_group(group)
-
-    def group_size(self, group: Any) -> int:
-        """Number of ranks in ``group`` (None: the world)."""
-        return self._group_size(group)
-
-    def group_rank(self, group: Any) -> int:
-        """This process's rank within ``group`` (None: the world); -1 if not a member."""
-        return self._group_rank(group)
-
-    def group_members(self, group: Any) -> tuple[int, ...]:
-        """Global ranks of the members of ``group``, in group-rank order."""
-        return self._group_members(group)
-
-    def do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        """The backend's all-reduce of a placed tensor with canonical ``op``."""
-        return self._do_all_reduce(tensor, op, group)
-
-    def do_all_gather(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
-        """The backend's all-gather along dim 0 (same shape everywhere)."""
-        return self._do_all_gather(tensor, group)
-
-    def do_broadcast(self, tensor: torch.Tensor, src: int, group: Any) -> torch.Tensor:
-        """The backend's broadcast from global rank ``src``."""
-        return self._do_broadcast(tensor, src, group)
-
-    def do_barrier(self, group: Any) -> None:
-        """The backend's barrier."""
-        self._do_barrier(group)
-
-    def do_reduce(self, tensor: torch.Tensor, dst: int, op: str, group: Any) -> torch.Tensor:
-        """The backend's reduce onto global rank ``dst`` (or its emulation)."""
-        return self._do_reduce(tensor, dst, op, group)
-
-    def do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:
-        """The backend's gather onto ``dst`` (or its emulation); None elsewhere."""
-        return self._do_gather(tensor, dst, group)
-
-    def do_scatter(
-        self, chunks: list[torch.Tensor] | None, out: torch.Tensor, src: int, group: Any
-    ) -> torch.Tensor:
-        """The backend's scatter from ``src`` into ``out`` (or its emulation)."""
-        return self._do_scatter(chunks, out, src, group)
-
-    def do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        """The backend's reduce-scatter along dim 0 (or its emulation)."""
-        return self._do_reduce_scatter(tensor, op, group)
-
-    def do_all_to_all(
-        self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
-    ) -> torch.Tensor:
-        """The backend's flat all-to-all (or its emulation)."""
-        return self._do_all_to_all(data, in_splits, out_splits, group)
-
-    def do_all_to_all_even(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
-        """The backend's all-to-all of group-size equal chunks of dim 0 (or its emulation)."""
-        return self._do_all_to_all_even(tensor, group)
-
-    def do_all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor, group: Any) -> None:
-        """The backend's all-gather of ``tensor`` into ``out`` (or its emulation)."""
-        self._do_all_gather_into(out, tensor, group)
 
     # ---- the rest of the contract: state, round trips, failing together ---------------------
 

@@ -115,7 +115,7 @@ class CollectiveChecker:
         rank when they differ or one does not arrive. Without peers (a world of one, a
         one-rank group, a rank outside ``group``), or with a ``group`` the collective will
         reject anyway, returns at once."""
-        store = model.coordination_store()
+        store = model._coordination_store()
         if store is None:
             return
         members = _members(model, group)
@@ -153,10 +153,10 @@ def _members(model: ModelContract, group: object) -> tuple[int, ...] | None:
                 return None
             members = tuple(sorted(set(group)))
         else:
-            model.check_group(group)
-            if model.group_rank(group) < 0:
+            model._check_group(group)
+            if model._group_rank(group) < 0:
                 return None
-            members = tuple(sorted(model.group_members(group)))
+            members = tuple(sorted(model._group_members(group)))
     except (TypeError, ValueError, RuntimeError):
         return None
     return members if rank in members else None

@@ -172,7 +172,7 @@ def make_timed_barriers(model: ModelContract) -> tuple[StoreBarrier, StackWatche
     them (None without a store). The model makes them on first use and keeps them
     (``model.timed_barriers()``); making the store may take a collective, so every rank
     makes them alike."""
-    store = model.coordination_store()
+    store = model._coordination_store()
     if store is None:
         return None
     watcher = StackWatcher(store, model.get_rank(), while_current(model))
@@ -201,7 +201,7 @@ def abort_barrier(model: ModelContract, group: Group | None, message: str) -> No
     resolved = model.groups.resolve(group)
     timed = None if resolved is GroupCache.NOT_A_MEMBER else model.timed_barriers()
     if timed is not None:
-        timed.abort(model.group_members(resolved), message)
+        timed.abort(model._group_members(resolved), message)
 
 
 class StoreBarrier:

@@ -34,7 +34,7 @@ __all__ = [
 # The public collectives of ComputationModel, each a facade function of the same name.
 OPS: Final = COLLECTIVES
 #: each model's installed layers; kept here, not on the model (the layers below the models
-#: touch only a model's public names, tests/unit/test_model_contract.py)
+#: touch only what distbridge.model_contract names, tests/unit/test_model_contract.py)
 _INSTALLED: weakref.WeakKeyDictionary[ComputationModel, _Installed] = weakref.WeakKeyDictionary()
 
 

@@ -271,7 +271,7 @@ class Recording(Layer):
         if isinstance(group, (list, tuple, range)):
             return len(group)
         try:
-            return int(self._model.group_size(group))
+            return int(self._model._group_size(group))
         except Exception:  # not a group of this model: the call itself said so
             return 0
 

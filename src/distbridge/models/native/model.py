@@ -101,7 +101,7 @@ class NativeModel(ComputationModel):
             self._contract(),
             fail_together.default_store_or_none,
             self.abort_communicator,
-            self.engine_trace,
+            self._engine_trace,
         )
 
     # ---- class level -----------------------------------------------------------------------

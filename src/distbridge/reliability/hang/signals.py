@@ -244,7 +244,7 @@ def report_on_signal(model: ModelContract) -> None:
     launcher's worker, once it joined the job)."""
     if _installed:
         watch = _installed[0]
-        watch.rank, watch.ledger, watch.engine = model.get_rank(), model.ledger, model.engine_trace
+        watch.rank, watch.ledger, watch.engine = model.get_rank(), model.ledger, model._engine_trace
 
 
 def watch_signals(model: ModelContract) -> None:
@@ -261,7 +261,9 @@ def watch_signals(model: ModelContract) -> None:
     wanted = [DUMP_SIGNAL] if explain is None else [signal.SIGTERM, DUMP_SIGNAL]
     free = [s for s in wanted if _answerable(s)]
     if free:  # the engine's record: native models only
-        _installed.append(_Watch(model.get_rank(), model.ledger, explain, free, model.engine_trace))
+        _installed.append(
+            _Watch(model.get_rank(), model.ledger, explain, free, model._engine_trace)
+        )
 
 
 def unwatch_signals() -> None:
