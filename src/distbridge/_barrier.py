@@ -42,9 +42,8 @@ def barrier(
 ) -> Any:
     """Wait until every rank of ``group`` (default: all) has called ``barrier``.
 
-    The positional parameters are ``torch.distributed.barrier``'s, which is what
-    ``ignite.distributed.barrier(*args, **kwargs)`` (ignite >= 0.5.1) hands to torch on its
-    native model; ``timeout`` and ``name`` are distbridge's and keyword-only.
+    The positional parameters are ``torch.distributed.barrier``'s (what ignite >= 0.5.1 hands
+    to torch); ``timeout`` and ``name`` are distbridge's and keyword-only.
 
     Args:
         group: as in `all_reduce`; ranks outside the group return at once.
@@ -52,9 +51,8 @@ def barrier(
             ``is_success()`` (a ``torch.distributed.Work`` where the backend has asynchronous
             barriers; a finished handle where the barrier has already returned, as on the
             serial, XLA and Horovod models). Not with ``timeout``.
-        device_ids: CUDA device indices for NCCL's barrier (validated on every model). The
-            native model already uses this process's GPU with NCCL; the other models
-            have no per-device barrier and ignore it.
+        device_ids: CUDA device indices for NCCL's barrier (validated on every model; the
+            native model already uses this process's GPU, the others ignore it).
         timeout: None: the backend's own barrier (no extra cost; a hang lasts until the
             process group's timeout). Seconds (or a ``timedelta``): a barrier through the
             coordination store that raises `BarrierTimeout` naming the ranks that did not
@@ -75,9 +73,8 @@ def barrier(
 
     Note:
         Without a distributed context, returns at once (after validating its arguments).
-        Other backend options that ignite forwards (Horovod's ``process_set``, XLA's ``tag``,
-        ``payload``, ``replicas``) are not accepted: pass the process set or ranks as
-        ``group`` and a tag as ``name``; see docs/migration.md.
+        The backend options ignite forwards (Horovod's ``process_set``, XLA's ``tag``, ...)
+        are not accepted: see docs/migration.md.
 
     Example:
         >>> idist.barrier(timeout=600, name="checkpoint-written")  # doctest: +SKIP

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path, PurePath
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeVar, overload
 
 import torch
 
@@ -32,6 +32,9 @@ __all__ = [
 ]
 
 _AVG = Literal["AVG", "avg", "AVERAGE", "average", "Avg", "Average"]
+#: Python values a collective returns with their own type (a numpy float64 as a float)
+_Number = TypeVar("_Number", int, float)
+_Value = TypeVar("_Value", bool, int, float, str)
 
 
 @overload
@@ -41,9 +44,7 @@ def all_reduce(
 @overload
 def all_reduce(tensor: int, op: _AVG, group: Group | None = None) -> float: ...  # type: ignore[overload-overlap]
 @overload
-def all_reduce(tensor: int, op: str = "SUM", group: Group | None = None) -> int: ...
-@overload
-def all_reduce(tensor: float, op: str = "SUM", group: Group | None = None) -> float: ...
+def all_reduce(tensor: _Number, op: str = "SUM", group: Group | None = None) -> _Number: ...
 def all_reduce(tensor: Any, op: str = "SUM", group: Group | None = None) -> Any:
     """Reduce ``tensor`` over the ranks of ``group`` (default: all); every rank gets the result.
 
@@ -73,13 +74,7 @@ def all_reduce(tensor: Any, op: str = "SUM", group: Group | None = None) -> Any:
 @overload
 def all_gather(tensor: torch.Tensor, group: Group | None = None) -> torch.Tensor: ...
 @overload
-def all_gather(tensor: bool, group: Group | None = None) -> list[bool]: ...
-@overload
-def all_gather(tensor: int, group: Group | None = None) -> list[int]: ...
-@overload
-def all_gather(tensor: float, group: Group | None = None) -> list[float]: ...
-@overload
-def all_gather(tensor: str, group: Group | None = None) -> list[str]: ...
+def all_gather(tensor: _Value, group: Group | None = None) -> list[_Value]: ...
 @overload
 def all_gather(tensor: Any, group: Group | None = None) -> list[Any]: ...
 def all_gather(tensor: Any, group: Group | None = None) -> Any:
@@ -120,20 +115,8 @@ def broadcast(
 ) -> torch.Tensor: ...
 @overload
 def broadcast(
-    tensor: bool, src: int = 0, safe_mode: bool = False, group: Group | None = None
-) -> bool: ...
-@overload
-def broadcast(
-    tensor: int, src: int = 0, safe_mode: bool = False, group: Group | None = None
-) -> int: ...
-@overload
-def broadcast(
-    tensor: float, src: int = 0, safe_mode: bool = False, group: Group | None = None
-) -> float: ...
-@overload
-def broadcast(
-    tensor: str, src: int = 0, safe_mode: bool = False, group: Group | None = None
-) -> str: ...
+    tensor: _Value, src: int = 0, safe_mode: bool = False, group: Group | None = None
+) -> _Value: ...
 @overload
 def broadcast(
     tensor: PurePath, src: int = 0, safe_mode: bool = False, group: Group | None = None
@@ -226,9 +209,9 @@ def reduce(
     tensor: torch.Tensor, dst: int = 0, op: str = "SUM", group: Group | None = None
 ) -> torch.Tensor: ...
 @overload
-def reduce(tensor: int, dst: int = 0, op: str = "SUM", group: Group | None = None) -> int: ...
-@overload
-def reduce(tensor: float, dst: int = 0, op: str = "SUM", group: Group | None = None) -> float: ...
+def reduce(
+    tensor: _Number, dst: int = 0, op: str = "SUM", group: Group | None = None
+) -> _Number: ...
 def reduce(tensor: Any, dst: int = 0, op: str = "SUM", group: Group | None = None) -> Any:
     """Reduce ``tensor`` over the ranks of ``group`` onto global rank ``dst``.
 

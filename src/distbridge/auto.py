@@ -101,14 +101,11 @@ def auto_model(
         if sync_bn:
             _info(_model_log, "Convert batch norm to sync batch norm")
             model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)  # type: ignore[no-untyped-call]
+        message = "Apply torch DistributedDataParallel on model"
         if device.type == "cuda":
             kwargs.setdefault("device_ids", [device.index])
-            _info(
-                _model_log,
-                f"Apply torch DistributedDataParallel on model, device id: {device.index}",
-            )
-        else:
-            _info(_model_log, "Apply torch DistributedDataParallel on model")
+            message += f", device id: {device.index}"
+        _info(_model_log, message)
         return torch.nn.parallel.DistributedDataParallel(model, **kwargs)
     if kwargs:
         raise TypeError(

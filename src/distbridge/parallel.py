@@ -164,11 +164,7 @@ def _per_node_defaults(spawn_only: dict[str, Any]) -> dict[str, Any]:
     if launch is None:
         return spawn_only
     if launch.local_world_size != 1:
-        here = (
-            "an unknown number of"
-            if launch.local_world_size is None
-            else (str(launch.local_world_size))
-        )
+        here = launch.local_world_size or "an unknown number of"  # None: unknown (0 is refused)
         raise ValueError(
             f"This process was started by {launch.launcher} (rank {launch.rank} of "
             f"{launch.world_size}, {here} processes on this node), so Parallel must not spawn "

@@ -144,15 +144,13 @@ def _detect(env: Mapping[str, str]) -> tuple[dict[str, Any] | None, list[str], s
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            found = environments.detect(env)
+            found, error = environments.detect(env), None
         except ValueError as err:  # malformed launcher variables: report, do not crash
-            return None, [str(w.message) for w in caught], str(err)
-    messages = [str(w.message) for w in caught]
-    if found is None:
-        return None, messages, None
-    launch: dict[str, Any] = {"name": found.launcher}
-    launch.update({key: getattr(found, key) for key in _LAUNCH_FIELDS})
-    return launch, messages, None
+            found, error = None, str(err)
+    launch: dict[str, Any] | None = None
+    if found is not None:
+        launch = {"name": found.launcher, **{key: getattr(found, key) for key in _LAUNCH_FIELDS}}
+    return launch, [str(w.message) for w in caught], error
 
 
 def _plan(

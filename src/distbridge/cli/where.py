@@ -110,10 +110,6 @@ def table() -> str:
     return "\n".join([header, rule, *rows])
 
 
-def _block() -> str:
-    return f"{START}\n\n{table()}\n\n{END}"
-
-
 def current_block(page: str) -> str | None:
     """The generated block in ``page``'s text (between the markers), or None."""
     if START not in page or END not in page:
@@ -129,7 +125,7 @@ def update(path: Path) -> bool:
     old = current_block(page)
     if old is None:
         raise ValueError(f"{path} has no '{START}' ... '{END}' block to update.")
-    new = page.replace(old, _block())
+    new = page.replace(old, f"{START}\n\n{table()}\n\n{END}")
     if new != page:
         path.write_text(new)
     return new != page

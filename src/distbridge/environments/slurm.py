@@ -11,10 +11,8 @@ MASTER_ADDR and MASTER_PORT, unless set in the environment:
 - MASTER_ADDR: the first host of the step's node list (SLURM_STEP_NODELIST, else
   SLURM_JOB_NODELIST / SLURM_NODELIST), where the block, cyclic and plane distributions
   put rank 0 (with ``-m arbitrary``, or node names that do not resolve, set MASTER_ADDR);
-- MASTER_PORT: ``derived_port(f"slurm:{SLURM_JOB_ID}.{SLURM_STEP_ID}")``, that is
-  ``20000 + crc32(key) % 10000`` (see ``base.derived_port``). Every task of the step computes
-  the same port without talking; steps of one job that run at the same time get different
-  ports, as do two jobs sharing a node, unless their keys collide (1 in 10,000).
+- MASTER_PORT: ``derived_port(f"slurm:{SLURM_JOB_ID}.{SLURM_STEP_ID}")`` (see
+  ``base.derived_port``): steps of one job that run at the same time get different ports.
 """
 
 from __future__ import annotations
