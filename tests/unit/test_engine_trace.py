@@ -22,8 +22,8 @@ from distbridge.models.native import flight_recorder
 from distbridge.models.serial import SerialModel
 from distbridge.reliability.hang import report as hang_report
 from distbridge.reliability.hang.engine_trace import EngineRecord, engine_records
-from distbridge.reliability.hang.ledger import CollectiveLedger
-from distbridge.reliability.hang.verdict import RankReport, Record, verdict
+from distbridge.reliability.hang.ledger import CollectiveLedger, Record
+from distbridge.reliability.hang.verdict import RankReport, verdict
 
 OPS = ("gloo:all_reduce", "gloo:all_gather", "gloo:broadcast", "gloo:barrier")
 STATES = ("scheduled", "started", "completed", "ended")

@@ -4,7 +4,7 @@ The pieces, in the order a hang goes through them:
 
 - ``ledger``: each rank's recent public collectives (sequence number per group, op, payload
   dtype and shape, the caller's line, passed or raised), written by the models' wrapper
-  (``models/base.py``'s ``collective``) in plain Python.
+  (``models/base.py``'s ``collective``) in plain Python, and read back as ``Record`` rows.
 - ``report``: a rank's report (its ledger, where its main thread is, the engine's record)
   and the ``Reporter`` thread that publishes it through the job's store; ``job_cards``: a
   card per live job so that ``why --pid`` finds the store; ``stacks``: stack dumps, the
@@ -13,7 +13,7 @@ The pieces, in the order a hang goes through them:
   the ranks left in a folder (``SIGUSR2``, ``DISTBRIDGE_HANG_DIR``).
 - ``verdict``: from the reports alone (pure), who is at fault: a rank stuck outside the
   collective, diverged calls, the same collective with another shape or dtype, a dead
-  rank; its first line names the culprit. It holds the parsed report rows too.
+  rank; its first line names the culprit. It holds ``RankReport``, a rank's parsed report.
 - ``engine_trace``: the engine's own record (torch's flight recorder, read by
   ``models/native/flight_recorder.py``) beside the ledger.
 - ``signals``: SIGTERM and SIGUSR2 answered in every process distbridge starts or joins: the

@@ -11,7 +11,7 @@ recording itself is ``distbridge.models.base.collective``, a wrapper of each met
 
 Sequence numbers count this rank's calls per group, so the n-th collective of a group is
 ``#n`` on every member: comparing ledgers across ranks shows who is behind and who called
-something else (`distbridge.reliability.hang.verdict`).
+something else (`distbridge.reliability.hang.verdict`, which reads them back as `Record` rows).
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ from __future__ import annotations
 import contextlib
 import os
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import torch
 
 from distbridge._frames import short_path
+from distbridge.reliability.hang.engine_trace import Members, group_of
 
 __all__ = [
     "CAPACITY_ENV_VAR",
@@ -33,6 +35,7 @@ __all__ = [
     "Entry",
     "GroupLog",
     "Members",
+    "Record",
     "positive_env",
 ]
 
@@ -40,7 +43,6 @@ __all__ = [
 DEFAULT_CAPACITY: Final = 64
 CAPACITY_ENV_VAR: Final = "DISTBRIDGE_LEDGER_SIZE"
 
-Members = tuple[int, ...]
 #: (seq, op, dtype or type, shape or None, code, instruction offset)
 Entry = tuple[int, str, Any, Any, Any, int]
 _N = TypeVar("_N", int, float)
@@ -108,6 +110,39 @@ def _what(kind: Any, shape: Any) -> str:
     return getattr(kind, "__name__", str(kind))
 
 
+@dataclass(frozen=True)
+class Record:
+    """One collective in a rank's ledger.
+
+    Attributes:
+        seq: its number in its group on this rank (1 for the first).
+        op: the collective's name, e.g. ``"all_reduce"``.
+        group: the group's global ranks, sorted; None for the world.
+        what: what it carried, e.g. ``"float32[3]"``.
+        site: where it was called, ``"train.py:13 in main"``.
+        state: "waiting" (the rank is in it now), "done" or "raised".
+    """
+
+    seq: int
+    op: str
+    group: Members | None
+    what: str
+    site: str
+    state: str
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Record:
+        """A record from `CollectiveLedger.snapshot`'s plain data (JSON)."""
+        return cls(
+            seq=int(data["seq"]),
+            op=str(data["op"]),
+            group=group_of(data),
+            what=str(data.get("what", "")),
+            site=str(data.get("site", "?")),
+            state=str(data.get("state", "done")),
+        )
+
+
 class CollectiveLedger:
     """The ledger of one model: a `GroupLog` per group, the world's at hand.
 
@@ -164,10 +199,8 @@ class CollectiveLedger:
         return sum(2 * log.seq + log.passed for log in self.logs())
 
     def snapshot(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """Every kept entry (the last ``limit`` per group) as plain data (JSON-ready), per
-        group oldest first: ``seq``,
-        ``op``, ``group`` (ranks, or None for the world), ``what`` (``float32[3]``), ``site``
-        (``train.py:13 in step``) and ``state`` ("done", "raised" or "waiting")."""
+        """Every kept entry (the last ``limit`` per group), per group oldest first, as plain
+        data (JSON-ready) with the fields of a `Record`, which reads it back."""
         records: list[dict[str, Any]] = []
         for log in self.logs():
             for seq, op, kind, shape, code, offset in log.entries(limit):

@@ -28,7 +28,7 @@ from distbridge._frames import inside, outside, site
 from distbridge.reliability.fail_together import job_root
 from distbridge.reliability.hang.engine_trace import EngineTrace, engine_part, engine_records
 from distbridge.reliability.hang.job_cards import write_card
-from distbridge.reliability.hang.ledger import CollectiveLedger
+from distbridge.reliability.hang.ledger import CollectiveLedger, Record
 from distbridge.reliability.hang.stacks import (
     StoreThread,
     died_in,
@@ -36,7 +36,7 @@ from distbridge.reliability.hang.stacks import (
     enable_fault_dump,
     while_current,
 )
-from distbridge.reliability.hang.verdict import RankReport, Record, headline
+from distbridge.reliability.hang.verdict import RankReport, headline
 
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract

@@ -23,59 +23,25 @@ published; lines from the engine's own record follow (`engine_trace`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from distbridge.reliability.hang.engine_trace import (
     EngineRecord,
     Members,
     engine_lines,
-    group_of,
     group_text,
     ranks_text,
 )
+from distbridge.reliability.hang.ledger import Record
 
-__all__ = ["MUST_MATCH", "RankReport", "Record", "Verdict", "headline", "verdict"]
+__all__ = ["MUST_MATCH", "RankReport", "Verdict", "headline", "verdict"]
 
 WAITING = "waiting"
 #: the collectives whose tensors must have one dtype and shape on every rank
 MUST_MATCH = frozenset({"all_reduce", "reduce", "all_gather", "reduce_scatter"})
 #: a line (or the sentence after ``timed out. ``) that names the rank at fault
 _HEADLINE = re.compile(r"(?:^|\. )(ranks? [\d, ]+ of \d+ .*)$", re.MULTILINE)
-
-
-@dataclass(frozen=True)
-class Record:
-    """One collective in a rank's ledger.
-
-    Attributes:
-        seq: its number in its group on this rank (1 for the first).
-        op: the collective's name, e.g. ``"all_reduce"``.
-        group: the group's global ranks, sorted; None for the world.
-        what: what it carried, e.g. ``"float32[3]"``.
-        site: where it was called, ``"train.py:13 in main"``.
-        state: "waiting" (the rank is in it now), "done" or "raised".
-    """
-
-    seq: int
-    op: str
-    group: Members | None
-    what: str
-    site: str
-    state: str
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Record:
-        """A record from `CollectiveLedger.snapshot`'s plain data (JSON)."""
-        return cls(
-            seq=int(data["seq"]),
-            op=str(data["op"]),
-            group=group_of(data),
-            what=str(data.get("what", "")),
-            site=str(data.get("site", "?")),
-            state=str(data.get("state", "done")),
-        )
 
 
 @dataclass(frozen=True)
@@ -214,25 +180,26 @@ class _Ledgers:
         return None
 
 
-def _splits(
-    ledgers: _Ledgers, key: Callable[[Record], str | None]
-) -> Iterator[tuple[Members | None, int, dict[str, list[int]], str, dict[str, Record]]]:
-    """Each collective (group, seq) whose records fall on two sides or more of ``key`` (a
-    record whose key is None takes no side): its group and number, the sides (key -> ranks),
-    the expected side (most ranks'; a tie: the lowest rank's) and a record of each side."""
+#: a split collective: group, number, sides (key -> ranks), the expected side, a record of each
+_Split = tuple[Members | None, int, dict[str, list[int]], str, dict[str, Record]]
+
+
+def _split(ledgers: _Ledgers, key: Callable[[Record], str | None]) -> _Split | None:
+    """The first collective (group, seq) whose records fall on two sides or more of ``key``
+    (a record whose key is None takes no side): its group and number, the sides (key ->
+    ranks), the expected side (most ranks'; a tie: the lowest rank's) and a record of each."""
     for group in ledgers.groups():
         per_rank = ledgers.by_group[group]
         for seq in sorted({seq for records in per_rank.values() for seq in records}):
             sides: dict[str, list[int]] = {}
-            for rank in sorted(per_rank):
-                record = per_rank[rank].get(seq)
-                side = None if record is None else key(record)
-                if side is not None:
+            for rank, records in sorted(per_rank.items()):
+                if seq in records and (side := key(records[seq])) is not None:
                     sides.setdefault(side, []).append(rank)
             if len(sides) >= 2:
                 expected = min(sides, key=lambda side: (-len(sides[side]), min(sides[side])))
                 first = {side: per_rank[ranks[0]][seq] for side, ranks in sides.items()}
-                yield group, seq, sides, expected, first
+                return group, seq, sides, expected, first
+    return None
 
 
 def _who(ranks: list[int], world_size: int = 0) -> str:
@@ -241,21 +208,23 @@ def _who(ranks: list[int], world_size: int = 0) -> str:
 
 
 def _divergence(ledgers: _Ledgers) -> Verdict | None:
-    for group, seq, sides, expected, first in _splits(ledgers, lambda record: record.op):
-        odd = [op for op in sides if op != expected]
-        size = ledgers.world_size
-        parts = [
-            f"{_who(sides[op], size * (op == odd[0]))} called {op} ({_line(first[op].site)})"
-            for op in odd
-        ]
-        text = (
-            f"{' and '.join(parts)} where {ranks_text(sides[expected])} called {expected} "
-            f"({_line(first[expected].site)}) at #{seq} of {group_text(group)}: the ranks "
-            "diverged; every rank must call the same collectives in the same order."
-        )
-        diverged = tuple(sorted(r for op in odd for r in sides[op]))
-        return Verdict(text, "diverged", group, seq, expected, diverged=diverged)
-    return None
+    found = _split(ledgers, lambda record: record.op)
+    if found is None:
+        return None
+    group, seq, sides, expected, first = found
+    odd = [op for op in sides if op != expected]
+    size = ledgers.world_size
+    parts = [
+        f"{_who(sides[op], size * (op == odd[0]))} called {op} ({_line(first[op].site)})"
+        for op in odd
+    ]
+    text = (
+        f"{' and '.join(parts)} where {ranks_text(sides[expected])} called {expected} "
+        f"({_line(first[expected].site)}) at #{seq} of {group_text(group)}: the ranks "
+        "diverged; every rank must call the same collectives in the same order."
+    )
+    diverged = tuple(sorted(r for op in odd for r in sides[op]))
+    return Verdict(text, "diverged", group, seq, expected, diverged=diverged)
 
 
 def _tensor_of(record: Record) -> str | None:
@@ -264,30 +233,32 @@ def _tensor_of(record: Record) -> str | None:
 
 
 def _mismatch(ledgers: _Ledgers) -> Verdict | None:
-    for group, seq, sides, expected, first in _splits(ledgers, _tensor_of):
-        op = first[expected].op
-        site_of = {what: _line(record.site) for what, record in first.items()}
-        odd = [what for what in sides if what != expected]
-        dtype = {what.split("[", 1)[0] for what in sides}
-        size = ledgers.world_size
-        parts = [f"{_who(sides[what], size * (what == odd[0]))} passed {what}" for what in odd]
-        lines = [
-            f"{' and '.join(parts)} to {op} #{seq} of {group_text(group)} ({site_of[odd[0]]}) "
-            f"where {ranks_text(sides[expected])} passed {expected} ({site_of[expected]}): the "
-            f"same collective with another {'dtype' if len(dtype) > 1 else 'shape'}; every rank "
-            f"must pass one dtype and shape to {op} (gloo aborts a rank that receives another "
-            "size)."
-        ]
-        for rank in sorted(r for ranks in sides.values() for r in ranks):
-            report = ledgers.reports[rank]
-            if report.died_in is not None:
-                note = report.note or "its process ended"
-                lines.append(f"rank {rank} died in it ({note}): counted with what its earlier "
-                             "calls there passed.")  # fmt: skip
-        diverged = tuple(sorted(r for what in odd for r in sides[what]))
-        every = tuple(sorted(r for ranks in sides.values() for r in ranks))
-        return Verdict("\n".join(lines), "mismatched", group, seq, op, every, diverged=diverged)
-    return None
+    found = _split(ledgers, _tensor_of)
+    if found is None:
+        return None
+    group, seq, sides, expected, first = found
+    op = first[expected].op
+    site_of = {what: _line(record.site) for what, record in first.items()}
+    odd = [what for what in sides if what != expected]
+    dtype = {what.split("[", 1)[0] for what in sides}
+    size = ledgers.world_size
+    parts = [f"{_who(sides[what], size * (what == odd[0]))} passed {what}" for what in odd]
+    lines = [
+        f"{' and '.join(parts)} to {op} #{seq} of {group_text(group)} ({site_of[odd[0]]}) "
+        f"where {ranks_text(sides[expected])} passed {expected} ({site_of[expected]}): the "
+        f"same collective with another {'dtype' if len(dtype) > 1 else 'shape'}; every rank "
+        f"must pass one dtype and shape to {op} (gloo aborts a rank that receives another "
+        "size)."
+    ]
+    every = tuple(sorted(r for ranks in sides.values() for r in ranks))
+    for rank in every:
+        report = ledgers.reports[rank]
+        if report.died_in is not None:
+            note = report.note or "its process ended"
+            lines.append(f"rank {rank} died in it ({note}): counted with what its earlier "
+                         "calls there passed.")  # fmt: skip
+    diverged = tuple(sorted(r for what in odd for r in sides[what]))
+    return Verdict("\n".join(lines), "mismatched", group, seq, op, every, diverged=diverged)
 
 
 def _behind_line(ledgers: _Ledgers, rank: int, group: Members | None) -> str:
@@ -332,12 +303,11 @@ def _hang(ledgers: _Ledgers) -> Verdict | None:
     for group in ledgers.groups():
         members = ledgers.members(group)
         lasts = {rank: ledgers.last(group, rank) for rank in members}
-        top = max((r.seq for r in lasts.values() if r is not None), default=0)
+        seqs = {rank: 0 if last is None else last.seq for rank, last in lasts.items()}
+        top = max(seqs.values(), default=0)
         # a rank that raised in it (its own timeout, after the hang) also reached it
         waiting = [r for r, rec in lasts.items() if rec and rec.seq == top and rec.state != "done"]
-        behind = {
-            r: rec.seq if rec else 0 for r, rec in lasts.items() if (rec.seq if rec else 0) < top
-        }
+        behind = {rank: seq for rank, seq in seqs.items() if seq < top}
         if not waiting or not behind:
             continue
         record = lasts[waiting[0]]
@@ -380,26 +350,16 @@ def _all_waiting(ledgers: _Ledgers) -> Verdict | None:
     return None
 
 
-def _silent_lines(ledgers: _Ledgers, silent: list[int], named: set[int]) -> list[str]:
-    lines = []
-    for rank in silent:
-        if rank in named:
-            continue
-        note = f" ({ledgers.reports[rank].note})" if ledgers.reports[rank].note else ""
-        known = [last for g in ledgers.groups() if (last := ledgers.last(g, rank)) is not None]
-        if known:
-            lines.append(
-                f"rank {rank} did not answer{note}; its last published collective was "
-                f"{_named(known[0])}."
-            )
-        else:
-            lines.append(f"rank {rank} did not answer{note} and left no ledger.")
-    return lines
+def _silent_line(ledgers: _Ledgers, rank: int) -> str:
+    """What is known of ``rank``, which did not answer: its last published collective."""
+    note = f" ({ledgers.reports[rank].note})" if ledgers.reports[rank].note else ""
+    known = next((last for g in ledgers.groups() if (last := ledgers.last(g, rank))), None)
+    if known is None:
+        return f"rank {rank} did not answer{note} and left no ledger."
+    return f"rank {rank} did not answer{note}; its last published collective was {_named(known)}."
 
 
-def verdict(
-    reports: Iterable[RankReport] | Mapping[int, RankReport], world_size: int = 0
-) -> Verdict:
+def verdict(reports: Iterable[RankReport], world_size: int = 0) -> Verdict:
     """Who is at fault in a stuck job, from every rank's report.
 
     Args:
@@ -409,8 +369,7 @@ def verdict(
     Returns:
         A `Verdict`; its ``text`` names the ranks at fault, the collective and the sites.
     """
-    items = reports.values() if isinstance(reports, Mapping) else reports
-    by_rank = {report.rank: report for report in items}
+    by_rank = {report.rank: report for report in reports}
     size = max(world_size, max(by_rank, default=-1) + 1)
     for rank in range(size):
         by_rank.setdefault(rank, RankReport(rank, answered=False))
@@ -426,5 +385,5 @@ def verdict(
         lasts = {r: ledgers.last(found.group, r) for r in found.behind}
         returned = [r for r, last in lasts.items() if last is None or last.state == "done"]
         said = engine_lines(engines, found.group, found.waiting, found.behind, returned)
-    extra = _silent_lines(ledgers, silent, named)
+    extra = [_silent_line(ledgers, rank) for rank in silent if rank not in named]
     return replace(found, text="\n".join([found.text, *said, *extra]), silent=tuple(silent))
