@@ -30,9 +30,11 @@ from distbridge.algorithms import byte_view, emulations
 from distbridge.algorithms.fast_path import FastPath
 from distbridge.algorithms.groups import GroupCache
 from distbridge.algorithms.in_place import write_back
+from distbridge.errors import BackendUnavailableError
 from distbridge.model_contract import ModelContract
 from distbridge.models._failing_together import FailingTogether
 from distbridge.models._layout import Layout
+from distbridge.reliability.debug import debug_flag
 from distbridge.reliability.hang.ledger import CollectiveLedger, Members
 from distbridge.reliability.hang.stacks import StackWatcher
 from distbridge.reliability.timed_barrier import (
@@ -146,6 +148,25 @@ class BackendPrimitives(ABC):
                 f"spawn() got unexpected keyword arguments {unknown}; the {cls.name} model "
                 f"takes {', '.join(cls.spawn_options) or 'none'}."
             )
+
+    @classmethod
+    def _check_init(
+        cls, backend: str, options: Mapping[str, Any], takes: tuple[str, ...], note: str = ""
+    ) -> bool | None:
+        """What ``from_backend`` checks before it starts anything, in this order: the keywords
+        (``takes``; ``note`` ends the message), ``debug=`` (returned, for `_set_debug`), and
+        that ``backend`` can run here."""
+        unknown = sorted(set(options) - set(takes))
+        if unknown:
+            raise TypeError(
+                f"initialize({backend!r}) got unexpected keyword arguments {unknown}; the "
+                f"{cls.name} model takes {', '.join(takes)}{note}."
+            )
+        flag = debug_flag(options.get("debug"))
+        reason = cls.unavailable_reason(backend) if backend in cls.backends else "unknown"
+        if reason is not None:
+            raise BackendUnavailableError(f"Backend {backend!r} is not available: {reason}.")
+        return flag
 
     _layout: Layout  # where this process sits; set by every model
     _device: torch.device  # the device it computes on

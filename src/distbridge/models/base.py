@@ -437,10 +437,10 @@ class ComputationModel(BackendPrimitives):
         `CollectiveMismatch` on every rank when they differ (see ``reliability/debug.py``)."""
         self._debug_checker.check(self, call, group, args)
 
-    def _set_debug(self, debug_flag: bool | None) -> Self:
+    def _set_debug(self, flag: bool | None) -> Self:
         """Turn the debug mode on or off (None: keep what ``DISTBRIDGE_DEBUG`` said)."""
-        if debug_flag is not None:
-            self._debug = debug_flag
+        if flag is not None:
+            self._debug = flag
         return self
 
     # ---- all_reduce's own steps ---------------------------------------------------------------

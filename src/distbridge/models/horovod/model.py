@@ -39,7 +39,6 @@ from distbridge.models.horovod.runtime import (
     unavailable,
 )
 from distbridge.reliability import coordination
-from distbridge.reliability.debug import debug_flag
 
 __all__ = ["HorovodModel"]
 
@@ -114,16 +113,7 @@ class HorovodModel(ComputationModel):
     @classmethod
     @override
     def from_backend(cls, backend: str, **kwargs: Any) -> Self:
-        unknown = sorted(set(kwargs) - set(_INIT_KWARGS))
-        if unknown:
-            raise TypeError(
-                f"initialize({backend!r}) got unexpected keyword arguments {unknown}; "
-                f"Horovod takes {', '.join(_INIT_KWARGS)} (passed to hvd.init)."
-            )
-        debug = debug_flag(kwargs.get("debug"))
-        reason = cls.unavailable_reason(backend)
-        if reason is not None:
-            raise BackendUnavailableError(f"Backend {backend!r} is not available: {reason}.")
+        debug = cls._check_init(backend, kwargs, _INIT_KWARGS, " (passed to hvd.init)")
         hvd = hvd_module()
         if hvd.is_initialized():
             raise DistributedError(

@@ -20,6 +20,7 @@ from distbridge.errors import DistributedError
 from distbridge.models._accelerator import backend_device_types, takes_cpu_tensors
 from distbridge.models._layout import (
     Layout,
+    export_layout,
     layout_from_env,
     layout_from_store,
     node_name,
@@ -118,8 +119,7 @@ DEFAULT_MASTER = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "15000"}
 
 def fill_rendezvous_defaults() -> list[str]:
     """Set ``MASTER_ADDR`` / ``MASTER_PORT`` to ``DEFAULT_MASTER`` where unset (as ignite does
-    for hand-set RANK / WORLD_SIZE); the model restores them at finalize(). Returns the
-    names it set."""
+    for hand-set RANK / WORLD_SIZE); returns the names it set."""
     filled = []
     for key, value in DEFAULT_MASTER.items():
         if not os.environ.get(key):
@@ -145,13 +145,8 @@ def _explicit_init(
     world_size: int | None,
     launch: LaunchEnvironment | None,
 ) -> None:
-    """``init_process_group`` with an ``init_method``; rank and world size not given come from
-    the launcher's variables (RANK / WORLD_SIZE), for every method as ignite reads them.
-
-    Raises:
-        DistributedError: the rendezvous at ``init_method`` failed or timed out; the message
-            names the address.
-    """
+    """``init_process_group`` with an ``init_method`` (``_meet_peers``); rank and world size
+    not given come from the launcher's variables (RANK / WORLD_SIZE), as ignite reads them."""
     if rank is None and launch is not None:
         rank = launch.rank
     if world_size is None and launch is not None:
@@ -170,11 +165,8 @@ def _meet_peers(
     how: str = "",
 ) -> None:
     """``init_process_group`` at ``init_method`` (rank and world size None: read by torch).
-
-    Raises:
-        DistributedError: the peers were not met there in time, or the address refused; the
-            message names the address (``how``: what to add about it).
-    """
+    DistributedError naming the address (``how``: what to add about it) when the peers were
+    not met there in time, or the address refused."""
     try:
         dist.init_process_group(
             backend,
@@ -356,10 +348,12 @@ def join_job(
     init_method: str | None,
     rank: int | None,
     world_size: int | None,
-) -> Layout:
-    """Create the default process group the way this process was launched, and return this
-    process's place in the job; with NCCL (XCCL), make ``cuda:<local rank>`` (``xpu:...``)
-    the current device, bound at start-up where the local rank is known before.
+) -> tuple[Layout, dict[str, str | None]]:
+    """Create the default process group the way this process was launched; with NCCL (XCCL),
+    make ``cuda:<local rank>`` (``xpu:...``) the current device, bound at start-up where the
+    local rank is known before. Returns this process's place in the job, and the variables
+    set for it (``DEFAULT_MASTER``'s, ``export_layout``'s) with their values before (None:
+    unset), which ``finalize`` restores; a failure restores them at once.
 
     Raises:
         DistributedError: as ``init_process_group``, or NCCL without a GPU for this process
@@ -372,24 +366,30 @@ def join_job(
     device = bound_device(backend, known_local_rank(launch, explicit=explicit))
     if device is not None:
         _set_current(device)
-    init_process_group(
-        backend,
-        timeout=timeout,
-        init_method=init_method,
-        rank=rank,
-        world_size=world_size,
-        device_id=device,
-    )
-    rank, world = dist.get_rank(), dist.get_world_size()
-    layout = layout_from_env(launch, rank, world, guess=False)
-    if layout is None:
-        layout = layout_from_store(_c10d._get_default_store(), rank, world, node_name(launch))
-    if backend == "nccl":
-        try:
-            check_nccl_gpus(layout.nproc_per_node, layout.local_rank)
-        except DistributedError:
-            dist.destroy_process_group()
-            raise
-    if not takes_cpu_tensors(backend):  # NCCL, XCCL: this rank's device is the current one
-        _set_current(torch.device(backend_device_types(backend)[0], layout.local_rank))
-    return layout
+    before = {key: os.environ.get(key) for key in DEFAULT_MASTER}
+    try:
+        init_process_group(
+            backend,
+            timeout=timeout,
+            init_method=init_method,
+            rank=rank,
+            world_size=world_size,
+            device_id=device,
+        )
+        rank, world = dist.get_rank(), dist.get_world_size()
+        layout = layout_from_env(launch, rank, world, guess=False)
+        if layout is None:
+            layout = layout_from_store(_c10d._get_default_store(), rank, world, node_name(launch))
+        if backend == "nccl":
+            try:
+                check_nccl_gpus(layout.nproc_per_node, layout.local_rank)
+            except DistributedError:
+                dist.destroy_process_group()
+                raise
+        if not takes_cpu_tensors(backend):  # NCCL, XCCL: this rank's device is the current one
+            _set_current(torch.device(backend_device_types(backend)[0], layout.local_rank))
+    except BaseException:
+        restore_env(before)
+        raise
+    filled = {key: old for key, old in before.items() if os.environ.get(key) != old}
+    return layout, {**filled, **export_layout(layout)}

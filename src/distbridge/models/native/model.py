@@ -8,7 +8,6 @@ store; adopting a context never communicates.
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -22,12 +21,12 @@ from distbridge._types import SpawnResult
 from distbridge.algorithms.carriers import UNCARRIED_BY_C10D
 from distbridge.algorithms.fold import all_reduce_by_fold
 from distbridge.algorithms.groups import not_a_group
-from distbridge.errors import BackendUnavailableError, DistributedError
+from distbridge.errors import DistributedError
 from distbridge.launch.native import spawn_native
 from distbridge.models._accelerator import backend_device_types
 from distbridge.models._default_group import default_pg as _default_pg
 from distbridge.models._failing_together import FailingTogether
-from distbridge.models._layout import Layout, export_layout, layout_from_env
+from distbridge.models._layout import Layout, layout_from_env
 from distbridge.models.base import ComputationModel
 from distbridge.models.native import flight_recorder, ops
 from distbridge.models.native.backends import NativeBackends, backend_of, device_for
@@ -37,15 +36,9 @@ from distbridge.models.native.checks import (
     optional_argument,
 )
 from distbridge.models.native.gpus import spawn_gpu_problem
-from distbridge.models.native.init import (
-    DEFAULT_MASTER,
-    as_timeout,
-    join_job,
-    restore_env,
-)
+from distbridge.models.native.init import as_timeout, join_job, restore_env
 from distbridge.reliability import coordination, fail_together
 from distbridge.reliability.connections import Connections
-from distbridge.reliability.debug import debug_flag
 
 __all__ = ["NativeModel"]
 
@@ -140,37 +133,21 @@ class NativeModel(ComputationModel):
     @classmethod
     @override
     def from_backend(cls, backend: str, **kwargs: Any) -> Self:
-        unknown = sorted(set(kwargs) - set(_INIT_KWARGS))
-        if unknown:
-            raise TypeError(
-                f"initialize({backend!r}) got unexpected keyword arguments {unknown}; "
-                f"the native backends take {', '.join(_INIT_KWARGS)}."
-            )
-        debug = debug_flag(kwargs.get("debug"))
-        reason = cls.unavailable_reason(backend) if backend in cls.backends else "unknown"
-        if reason is not None:
-            raise BackendUnavailableError(f"Backend {backend!r} is not available: {reason}.")
+        debug = cls._check_init(backend, kwargs, _INIT_KWARGS)
         if dist.is_initialized():
             raise DistributedError(
                 f"torch.distributed is already initialized (backend "
                 f"{dist.get_backend()!r}); call distbridge.finalize() before initialize()."
             )
         connections = Connections()  # gloo's; NCCL and MPI abort by their own means
-        before = {key: os.environ.get(key) for key in DEFAULT_MASTER}  # join_job may fill them
-        try:
-            with connections.opening(fail_together.store_ports, backend == "gloo"):
-                layout = join_job(
-                    backend,
-                    timeout=as_timeout(kwargs.get("timeout")),
-                    init_method=optional_argument("init_method", kwargs.get("init_method"), str, 0),
-                    rank=optional_argument("rank", kwargs.get("rank"), int, 0),
-                    world_size=optional_argument("world_size", kwargs.get("world_size"), int, 1),
-                )
-        except BaseException:
-            restore_env(before)
-            raise
-        filled = {key: old for key, old in before.items() if os.environ.get(key) != old}
-        env_set = {**filled, **export_layout(layout)}
+        with connections.opening(fail_together.store_ports, backend == "gloo"):
+            layout, env_set = join_job(
+                backend,
+                timeout=as_timeout(kwargs.get("timeout")),
+                init_method=optional_argument("init_method", kwargs.get("init_method"), str, 0),
+                rank=optional_argument("rank", kwargs.get("rank"), int, 0),
+                world_size=optional_argument("world_size", kwargs.get("world_size"), int, 1),
+            )
         model = cls(backend, layout, env_set=env_set, connections=connections)
         if layout.world_size > 1:  # a failure here or on a peer ends the others' collectives
             model._together.start(model.abort_communicator)

@@ -37,7 +37,7 @@ from distbridge._types import SpawnResult
 from distbridge.algorithms import byte_view
 from distbridge.algorithms.fold import all_reduce_by_fold
 from distbridge.algorithms.groups import not_a_group
-from distbridge.errors import BackendUnavailableError, DistributedError
+from distbridge.errors import DistributedError
 from distbridge.launch.xla import spawn_xla
 from distbridge.models._default_group import default_pg as _default_pg
 from distbridge.models._engine_state import engines
@@ -51,7 +51,6 @@ from distbridge.models.xla.availability import (
 )
 from distbridge.models.xla.dtypes import own_zeros, round_trips
 from distbridge.reliability import coordination
-from distbridge.reliability.debug import debug_flag
 
 __all__ = ["BACKEND", "SPAWN_OPTIONS", "XlaGroup", "XlaModel"]
 
@@ -150,16 +149,7 @@ class XlaModel(ComputationModel):
     @classmethod
     @override
     def from_backend(cls, backend: str, **kwargs: Any) -> Self:
-        unknown = sorted(set(kwargs) - {"debug"})
-        if unknown:
-            raise TypeError(
-                f"initialize({backend!r}) got unexpected keyword arguments {unknown}; "
-                "the XLA backend takes none besides debug (the runtime knows the replicas)."
-            )
-        debug = debug_flag(kwargs.get("debug"))
-        reason = cls.unavailable_reason(backend)
-        if reason is not None:
-            raise BackendUnavailableError(f"Backend {backend!r} is not available: {reason}.")
+        debug = cls._check_init(backend, kwargs, ("debug",), " (the runtime knows the replicas)")
         _, xm, _ = import_modules()
         if dist.is_initialized():
             raise DistributedError(
