@@ -72,7 +72,7 @@ def chosen_submodules(model: torch.nn.Module, shard_modules: ShardModules | None
     """
     names = {id(m): name for name, m in model.named_modules() if name}
     if shard_modules is None:
-        chosen = [name for name, child in model.named_children() if _holds_parameters(child)]
+        chosen = [n for n, child in model.named_children() if any(True for _ in child.parameters())]
     elif isinstance(shard_modules, type) or (
         isinstance(shard_modules, tuple) and all(isinstance(c, type) for c in shard_modules)
     ):
@@ -92,10 +92,6 @@ def chosen_submodules(model: torch.nn.Module, shard_modules: ShardModules | None
             )
         chosen = [names[id(m)] for m in given]
     return sorted(dict.fromkeys(chosen), key=lambda name: -name.count("."))
-
-
-def _holds_parameters(module: torch.nn.Module) -> bool:
-    return any(True for _ in module.parameters())
 
 
 def fully_shard_model(

@@ -25,7 +25,6 @@ __all__ = [
     "active",
     "current",
     "install",
-    "local_rank_hint",
     "reset",
     "resync",
     "set_local_rank_hint",
@@ -91,8 +90,3 @@ def set_local_rank_hint(index: int) -> None:
     """Remember ``index`` as this process's local rank for contexts adopted from now on."""
     global _local_rank_hint
     _local_rank_hint = index
-
-
-def local_rank_hint() -> int | None:
-    """The local rank given to ``set_local_rank``, if any."""
-    return _local_rank_hint

@@ -105,9 +105,11 @@ class StopGuard:
         if threading.current_thread() is not threading.main_thread():
             _say("StopGuard outside the main thread: no signal handlers (Python allows none).")
             return self
-        # The hang verdict's SIGTERM handler ends the process: it yields while the guard runs.
+        # The hang verdict's SIGTERM handler (reliability/hang/signals.py) ends the process: it
+        # yields while the guard runs.
         term = signal.SIGTERM
-        if term in self.signals and _is_hang_watch(signal.getsignal(term)):
+        hang_watch = getattr(signal.getsignal(term), "__module__", None) == watch_signals.__module__
+        if term in self.signals and hang_watch:
             unwatch_signals()
             self._install(term)
             watch_signals(current())  # its SIGUSR2 dump again (SIGTERM is taken now)
@@ -304,8 +306,3 @@ def _signal(name: str) -> int:
         return int(signal.Signals[name if name.startswith("SIG") else f"SIG{name}"])
     except KeyError:
         raise ValueError(f"StopGuard: unknown signal {name!r}; use names like 'SIGUSR2'.") from None
-
-
-def _is_hang_watch(handler: Any) -> bool:
-    """Whether ``handler`` is the hang verdict's (reliability/hang/signals.py)."""
-    return getattr(handler, "__module__", None) == watch_signals.__module__

@@ -222,9 +222,9 @@ def test_queries_come_from_the_model(model: RecordingModel) -> None:
 def test_set_local_rank_delegates_and_remembers(model: RecordingModel) -> None:
     idist.set_local_rank(3)
     assert model.calls == [("set_local_rank", (3,), {})]
-    assert _state.local_rank_hint() == 3
+    assert _state._local_rank_hint == 3
     reset_state()
-    assert _state.local_rank_hint() is None
+    assert _state._local_rank_hint is None
 
 
 def test_finalize_delegates_then_falls_back_to_serial(model: RecordingModel) -> None:

@@ -172,9 +172,9 @@ def format_check(report: Mapping[str, Any]) -> str:
     error = report["error"]
     if error is None:
         lines.append("OK")
-        return "\n".join(lines)
-    where = "" if error["rank"] is None else f" on rank {error['rank']}"
-    lines.append(f"FAILED{where}: {error['message']}")
-    if error.get("traceback"):
-        lines += ["", error["traceback"].rstrip()]
+    else:
+        where = "" if error["rank"] is None else f" on rank {error['rank']}"
+        lines.append(f"FAILED{where}: {error['message']}")
+        if error.get("traceback"):
+            lines += ["", error["traceback"].rstrip()]
     return "\n".join(lines)

@@ -31,8 +31,6 @@ __all__ = ["SCHEMA_VERSION", "collect", "main"]
 
 SCHEMA_VERSION = 1
 
-# The variable with which a launcher says it hosts the store (torchrun, distbridge.spawn);
-# ``initialize`` then connects to that store instead of hosting one on rank 0.
 _TORCHELASTIC = "torchelastic"  # torchrun and spawn: env:// or the launcher's own store
 #: What docs/troubleshooting.md has users set; shown set or not. Other variables that tune
 #: the backends (the prefixes) are shown when set.

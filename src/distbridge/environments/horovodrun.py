@@ -1,17 +1,11 @@
 """``horovodrun`` with its Gloo controller (``horovodrun --gloo``, or without MPI installed).
 
-horovodrun sets ``HOROVOD_RANK``, ``HOROVOD_SIZE``, ``HOROVOD_LOCAL_RANK``,
-``HOROVOD_LOCAL_SIZE``, and ``HOROVOD_CROSS_RANK`` / ``HOROVOD_CROSS_SIZE``: this rank's
-index among the ranks of the same local rank on other hosts, and their number. Those are the
-host's index and the number of hosts only when every host runs as many ranks
-(``LOCAL_SIZE * CROSS_SIZE == SIZE``, checked); otherwise ``initialize()`` asks the peers.
-(With the MPI controller, horovodrun runs ``mpirun``, whose variables are read by the Open
-MPI environment instead.)
-
-- Rank 0's address: ``MASTER_ADDR`` when set (horovodrun passes the environment on:
-  ``MASTER_ADDR=node0 horovodrun ...``), else ``127.0.0.1`` when every rank runs on this host.
-- The port: ``MASTER_PORT`` when set, else derived from the port of horovodrun's own
-  rendezvous server (``HOROVOD_GLOO_RENDEZVOUS_ADDR`` / ``_PORT``), which is unique per run.
+``HOROVOD_CROSS_RANK`` / ``_SIZE`` are this rank's index among the ranks of the same local
+rank on other hosts, and their number: the host's index and the number of hosts only when
+every host runs as many ranks (``LOCAL_SIZE * CROSS_SIZE == SIZE``, checked); otherwise
+``initialize()`` asks the peers. Without MASTER_PORT, the port is derived from horovodrun's
+own rendezvous server (``HOROVOD_GLOO_RENDEZVOUS_ADDR`` / ``_PORT``), unique per run. (With
+the MPI controller, horovodrun runs ``mpirun``, read by the Open MPI environment.)
 """
 
 from __future__ import annotations

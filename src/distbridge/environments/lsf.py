@@ -1,19 +1,12 @@
 """IBM LSF with ``jsrun`` (IBM Job Step Manager, as on Summit / Lassen-type machines).
 
-``jsrun`` sets ``JSM_NAMESPACE_RANK``, ``_SIZE``, ``_LOCAL_RANK`` and ``_LOCAL_SIZE`` in every
-process; LSF sets ``LSB_JOBID`` and ``LSB_MCPU_HOSTS`` (``"host1 n1 host2 n2 ..."``: each host
-of the allocation with its slot count) in the job. A batch shell without ``jsrun`` has no
-``JSM_*`` variables and is not detected: it is one process, not a job of several ranks.
-
-- Rank 0's address: ``MASTER_ADDR`` when set, else the first *compute* host of
-  ``LSB_MCPU_HOSTS``. On jsrun systems the first host listed is the launch (batch) node,
-  where jsrun places no rank, so it is skipped when more than one host is listed.
-- The port: ``MASTER_PORT`` when set, else derived from ``LSB_JOBID``.
-- The number of nodes and this node's index are known only when every rank runs on this
-  node; otherwise ``initialize()`` asks the peers.
-
-``mpirun`` inside an LSF job (Spectrum MPI / Open MPI) sets ``OMPI_COMM_WORLD_*`` and no
-``JSM_*`` variable, so the Open MPI environment is detected instead.
+``jsrun`` sets ``JSM_NAMESPACE_*`` in every process; a batch shell without ``jsrun`` has
+none and is not detected (it is one process, not a job of several ranks), and ``mpirun``
+inside an LSF job sets ``OMPI_COMM_WORLD_*`` instead (read by the Open MPI environment).
+Unless set, rank 0's address is the first *compute* host of ``LSB_MCPU_HOSTS`` (``"host1 n1
+host2 n2 ..."``: the first host listed is the launch node, where jsrun places no rank) and
+the port is derived from ``LSB_JOBID``. The nodes are known only when every rank runs on
+this node; otherwise ``initialize()`` asks the peers.
 """
 
 from __future__ import annotations

@@ -8,11 +8,8 @@ this node* (like the local rank), not the node's index, so it is not read. No va
 the node's index; it is known without asking the peers only when every rank runs on this node.
 Otherwise ``initialize()`` asks the peers, grouping ranks by their node's Open MPI daemon
 (``OMPI_MCA_orte_local_daemon_uri``), which tells nodes apart even when host names repeat.
-
-Rank 0's address is ``MASTER_ADDR`` when exported (``mpirun -x MASTER_ADDR=<host of rank 0>``),
-else ``127.0.0.1`` when every rank runs on this node, else unknown: ``initialize()`` then
-says to export it. The port is ``MASTER_PORT`` when exported, else derived from the job id
-(``OMPI_MCA_ess_base_jobid``, or ``PMIX_NAMESPACE`` in Open MPI 5), which every rank shares.
+Without MASTER_PORT, the port is derived from the job id (``OMPI_MCA_ess_base_jobid``, or
+``PMIX_NAMESPACE`` in Open MPI 5).
 """
 
 from __future__ import annotations

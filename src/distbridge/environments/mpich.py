@@ -1,14 +1,10 @@
 """MPICH's Hydra ``mpiexec``, Intel MPI and MVAPICH2 (the PMI family).
 
 Hydra and Intel MPI set ``PMI_RANK`` and ``PMI_SIZE`` with ``MPI_LOCALRANKID`` and
-``MPI_LOCALNRANKS`` (this node's share); MVAPICH2's launcher sets ``MV2_COMM_WORLD_RANK``,
-``_SIZE``, ``_LOCAL_RANK`` and ``_LOCAL_SIZE``. The PMI names win when both are present.
-None of them gives the node's index or the number of nodes, nor a job id shared by every
-rank, so:
-
-- rank 0's address is ``MASTER_ADDR``, else ``127.0.0.1`` when every rank runs on this node;
-- the port is always ``MASTER_PORT``: ``mpiexec -genv MASTER_PORT 29500 ...`` (Hydra, Intel
-  MPI) or ``mpirun_rsh ... MASTER_PORT=29500`` (MVAPICH2).
+``MPI_LOCALNRANKS`` (this node's share); MVAPICH2's launcher sets ``MV2_COMM_WORLD_*``. The
+PMI names win when both are present. None of them gives the node's index or the number of
+nodes, nor a job id shared by every rank, so the port is always ``MASTER_PORT``
+(``mpiexec -genv MASTER_PORT 29500 ...``).
 
 ``srun --mpi=pmi2`` sets ``PMI_RANK`` / ``PMI_SIZE`` itself. When they equal ``SLURM_PROCID``
 / ``SLURM_NTASKS`` the SLURM environment describes the same world with more detail (nodes,
