@@ -1,19 +1,13 @@
 """BackendPrimitives: the one interface between a backend and everything else.
 
-A backend implements the abstract methods here: how to find or create its context, and a
-handful of tensor primitives (the ``_do_*`` hooks and the group queries). Operations many
-backends lack (reduce, gather, scatter, reduce-scatter, all-to-all, in-place all-gather)
-have default emulations built on the required primitives; override them where the backend
-has the op. Where a process sits comes from ``_layout`` and ``_device``, which every model
-sets.
+A backend implements the abstract methods: how to find or create its context, where the
+process sits (``_layout``, ``_device``), and the tensor primitives (the ``_do_*`` hooks and
+the group queries). The ops many backends lack (reduce, gather, scatter, reduce-scatter,
+all-to-all, in-place all-gather) have default emulations over the required ones.
 
-The code below the models (algorithms, reliability, launch) uses a model only through the
-typed contract ``distbridge.model_contract.ModelContract``: the ``_`` hooks themselves
-(``_do_all_reduce``, ``_group_size``...), the per-model state made here (group cache,
-ledger, fast paths, timed barriers, stack watcher), the tensor round trips, and failing
-together. ``ComputationModel`` (``models/base.py``) builds the public collectives on top.
-
-The module is longer than most because it is that whole interface, in one place.
+Here too is what the code below the models uses of a model (``ModelContract``) besides the
+hooks: the state every model keeps, the tensor round trips, failing together.
+``ComputationModel`` (``models/base.py``) builds the public collectives on top.
 """
 
 from __future__ import annotations
@@ -55,16 +49,21 @@ class BackendPrimitives(ABC):
         name: the ``model_name()`` string, e.g. ``"native-dist"``.
         backends: the backend strings this model runs.
         priority: detection order, highest first.
-        context_module: the module whose import a context of this model needs, if any.
+        context_module: a module that must be imported before this model can have a
+            context (e.g. "horovod.torch"); until it is, the serial model skips its probe.
         spawn_options: keyword arguments ``spawn`` accepts besides ``backend``.
-        spawn_takes_activate: whether ``spawn`` takes the facade's ``activate=``.
+        spawn_takes_activate: whether ``spawn`` takes the facade's ``activate=``; a model
+            that does not gets the keywords it always got, and its workers' contexts are
+            adopted.
         uncarried_dtypes: dtypes the backend cannot move or reduce; they are carried
             bit-exactly by the base class.
+        functional_collectives: whether the groups are torch.distributed process groups,
+            so that inside torch.compile the tensor collectives trace as torch's functional
+            ones (``algorithms/traceable.py``); other models run their eager path there.
         reduce_ops: the reductions the model accepts (AVG is emulated unless
             ``_native_avg``).
         groups: the group cache: ``group=`` arguments resolved, groups of ranks made once.
-        ledger: this rank's recent public collectives, per group (always on; read by the
-            hang verdict, see ``distbridge.reliability.hang.ledger``).
+        ledger: this rank's recent public collectives, per group (read by the hang verdict).
         fast_all_to_all, fast_scatter, fast_gather: the kinds of tensor whose world
             collective passed every check once (``algorithms/fast_path.py``).
     """
@@ -72,17 +71,10 @@ class BackendPrimitives(ABC):
     name: ClassVar[str]
     backends: ClassVar[tuple[str, ...]]
     priority: ClassVar[int] = 0
-    #: a module that must be imported before this model can have a context (e.g.
-    #: "horovod.torch"); until it is, the serial model skips this model's probe.
     context_module: ClassVar[str | None] = None
     spawn_options: ClassVar[tuple[str, ...]] = ()
-    #: whether ``spawn`` takes ``activate=`` from the facade (see ``spawn``); a model that
-    #: does not gets the keywords it always got, and its workers' contexts are adopted.
     spawn_takes_activate: ClassVar[bool] = False
     uncarried_dtypes: ClassVar[frozenset[torch.dtype]] = frozenset()
-    #: Whether the groups are torch.distributed process groups that torch's functional
-    #: collectives take: inside torch.compile the tensor collectives then trace as those
-    #: (algorithms/traceable.py); other models run their eager path there.
     functional_collectives: ClassVar[bool] = False
     reduce_ops: ClassVar[frozenset[str]] = frozenset(
         ("SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "AVG")
@@ -121,7 +113,6 @@ class BackendPrimitives(ABC):
         """Create a context for ``backend`` (the work of ``initialize``)."""
 
     @classmethod
-    @abstractmethod
     def spawn(
         cls,
         fn: Callable[..., Any],
@@ -136,7 +127,11 @@ class BackendPrimitives(ABC):
         ``spawn_takes_activate`` is True: a context-manager factory that pickles by
         reference; each worker runs ``fn`` inside ``activate(model)``, so that the facade's
         functions use the worker's own model. Other keywords are the model's spawn options.
+        Default (a model that starts no workers, as the serial one): ValueError.
         """
+        raise ValueError(
+            f"The {cls.name} model cannot spawn processes; name a backend such as 'gloo'."
+        )
 
     @classmethod
     def _check_spawn_options(cls, options: Mapping[str, Any]) -> None:
@@ -348,11 +343,10 @@ class BackendPrimitives(ABC):
         out.copy_(self._do_all_gather(tensor, group).reshape(out.shape))
 
     def _coordination_store(self) -> Any | None:
-        """A ``torch.distributed.Store`` (set / get / add / check / wait / compare_set) that every
-        rank of the world shares, beside the communicator, so it still works when a collective
-        is wedged; keys live under a ``distbridge/`` prefix. None where there is no peer (the
-        serial model, a world of one). Made on first use (where making it needs a collective,
-        that first use must happen on every rank alike) and cached. Default: None."""
+        """A ``torch.distributed.Store`` every rank of the world shares beside the communicator
+        (it works while a collective is wedged; keys under ``distbridge/``), made on first use
+        (on every rank alike: making it may take a collective) and cached. None where there is
+        no peer (the serial model, a world of one), and by default."""
         return None
 
     def _object_transport(self, group: Any) -> tuple[Any, torch.device]:
@@ -361,10 +355,10 @@ class BackendPrimitives(ABC):
         return group, self._collective_device()
 
     def _engine_trace(self, limit: int) -> dict[str, Any] | None:
-        """The engine's own record of its recent collectives (torch's flight recorder), the
-        last ``limit`` entries per group, as plain data for the hang report:
-        ``{"source": ..., "entries": [{"seq", "op", "group", "what", "state"}, ...]}``, or
-        ``{"source": ..., "note": why it cannot be read}``. Default: None (no such record)."""
+        """For the hang report, the last ``limit`` entries per group of the engine's own record
+        of its collectives (torch's flight recorder): ``{"source": ..., "entries": [{"seq",
+        "op", "group", "what", "state"}, ...]}``, or ``{"source": ..., "note": why not}``.
+        Default: None (no such record)."""
         return None
 
     # ---- the rest of the contract: state, round trips, failing together ---------------------

@@ -1,14 +1,10 @@
 """ComputationModel: the public algorithm of every collective, written once.
 
-A backend subclasses it and supplies only primitives (``_do_all_reduce``,
-``_do_all_gather``, ``_do_broadcast``, ``_do_barrier``, ``_make_group`` and the
-queries). Everything else is here, so every model validates, converts and fails
-the same way: type dispatch, number and string encoding, device round trips,
-group resolution and caching, and the error texts.
-
-``collective``, the wrapper of every public collective (the ledger's entry, failure
-translation), is here too: a repeated ``idist.all_reduce`` then runs in three files (the
-facade, this one, the backend's), which is why the module is longer than most.
+A backend subclasses it and supplies only the primitives of ``BackendPrimitives``, so every
+model validates, converts and fails the same way. ``collective``, the wrapper of every
+public collective (the ledger's entry, failure translation), is here too: a repeated
+``idist.all_reduce`` then runs in three files (the facade, this one, the backend's), which
+is why the module is longer than most.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 import torch
@@ -23,7 +23,6 @@ import torch.distributed as dist
 from typing_extensions import Self, override
 
 from distbridge import environments
-from distbridge._types import SpawnResult
 from distbridge.algorithms.groups import not_a_group
 from distbridge.errors import DistributedError
 from distbridge.models._accelerator import local_device
@@ -124,18 +123,6 @@ class SerialModel(ComputationModel):
     @override
     def from_backend(cls, backend: str, **kwargs: Any) -> Self:
         raise ValueError("The serial model has no backend; it is used when none is initialized.")
-
-    @classmethod
-    @override
-    def spawn(
-        cls,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs_dict: Mapping[str, Any],
-        nproc_per_node: int,
-        **kwargs: Any,
-    ) -> SpawnResult:
-        raise ValueError("The serial model cannot spawn processes; name a backend such as 'gloo'.")
 
     @override
     def is_current(self) -> bool:
