@@ -234,7 +234,7 @@ def test_signal_to_the_parent_stops_the_workers(tmp_path: Path, signum: signal.S
 
 
 def test_arguments_are_validated() -> None:
-    with pytest.raises(ValueError, match=r"nprocs must be an integer >= 1, got 0\."):
+    with pytest.raises(ValueError, match=r"nprocs must be an int >= 1, got 0\."):
         run_workers(targets.large_value, 0)
     with pytest.raises(ValueError, match="Allowed: 'spawn', 'fork', 'forkserver'") as excinfo:
         run_workers(targets.large_value, 1, start_method="spwan")

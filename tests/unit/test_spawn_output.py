@@ -47,7 +47,6 @@ def test_the_default_relays_the_streams_that_are_not_terminals(
     assert plan_output(None, [1], 2, 2) == OutputPlan(ranks=frozenset({1}), streams=(1, 2))
     monkeypatch.setattr(_output, "_is_terminal", lambda fd: True)
     assert plan_output(None, None, 4, 4) is None
-    assert OutputPlan(tag=True).prefix(3) == b"[rank3]: "
 
 
 @pytest.mark.parametrize(

@@ -41,9 +41,6 @@ class OutputPlan:
     ranks: frozenset[int] | None = None  # the ranks whose lines are shown; None: all
     streams: tuple[int, ...] = ()  # 1 (stdout), 2 (stderr): the relayed ones
 
-    def prefix(self, rank: int) -> bytes:
-        return f"[rank{rank}]: ".encode() if self.tag else b""
-
 
 def plan_output(
     tag_output: object, output_ranks: object, nproc: int, world_size: int
@@ -130,12 +127,14 @@ def _descriptor(stream: Any) -> int | None:
         return None
 
 
+@dataclass
 class _Source:
     """One worker stream being read: where its lines go and the unfinished one."""
 
-    def __init__(self, rank: int, fd: int, conn: Connection) -> None:
-        self.rank, self.fd, self.conn = rank, fd, conn
-        self.pending = b""
+    rank: int
+    fd: int
+    conn: Connection
+    pending: bytes = b""
 
 
 class OutputRelay:
@@ -206,7 +205,7 @@ class OutputRelay:
     def _write(self, source: _Source, lines: list[bytes]) -> None:
         if not lines or (self.plan.ranks is not None and source.rank not in self.plan.ranks):
             return
-        prefix = self.plan.prefix(source.rank)
+        prefix = f"[rank{source.rank}]: ".encode() if self.plan.tag else b""
         data = b"".join(prefix + line for line in lines)
         stream = sys.stdout if source.fd == 1 else sys.stderr
         if stream is None:

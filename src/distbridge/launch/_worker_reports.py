@@ -30,6 +30,7 @@ __all__ = [
     "death",
     "error_report",
     "failure",
+    "one_line",
     "raised_error",
     "sentence",
     "signal_name",
@@ -185,7 +186,11 @@ def _outcome(worker: Worker) -> str:
         return death(worker.process.exitcode)
     if worker.report[0] == "ok":
         return "finished and returned its result"
-    _, _, type_name, message = worker.report
+    return one_line(worker.report[2], worker.report[3])
+
+
+def one_line(type_name: str, message: str) -> str:
+    """``"Type: first line of the message"``, shortened, for the list of the others' reports."""
     first_line = message.strip().splitlines()[0] if message.strip() else ""
     return SHORT_REPR.repr(f"{type_name}: {first_line}" if first_line else type_name).strip("'\"")
 

@@ -32,7 +32,13 @@ import cloudpickle
 from distbridge.errors import PicklingError, SpawnTimeoutError, WorkerFailedError
 from distbridge.launch._joinable import Activate, JoinedCall, MakeModel
 from distbridge.launch._signals import leave_pid, passing_on, pids_left
-from distbridge.launch._worker_reports import STOPPED, error_report, raised_error, signal_name
+from distbridge.launch._worker_reports import (
+    STOPPED,
+    error_report,
+    one_line,
+    raised_error,
+    signal_name,
+)
 from distbridge.launch.supervisor import positive_int
 from distbridge.reliability.hang.signals import answer_report_signal, report_dir
 
@@ -41,12 +47,6 @@ __all__ = ["spawn_horovod"]
 _MARK = "[distbridge-worker-error]"
 _FIRST = re.compile(r"Process name: (\S+)\s+Exit code: (-?\d+)")
 _PEER_ERRORS = ("HorovodInternalError", "PeerFailed")  # raised because another rank failed
-
-
-def _one_line(record: Mapping[str, Any]) -> str:
-    """``"Type: first line of the message"`` of a worker's error record."""
-    lines = str(record["message"]).strip().splitlines()
-    return f"{record['type']}: {lines[0]}" if lines else str(record["type"])
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class _HorovodWorker(JoinedCall):
         except BaseException as exc:  # reported before leaving the job: the others fail later
             _, worker_traceback, type_name, message = error_report(exc)
             record = {
-                "rank": int(os.environ.get("HOROVOD_RANK", "-1")),
+                "rank": rank,
                 "type": type_name,
                 "message": message,
                 "traceback": worker_traceback,
@@ -195,7 +195,8 @@ def _failure(
         first = min(records, key=lambda r: (r["type"] in _PEER_ERRORS, r["time"]))
         rank = int(first["rank"])
         report = ("error", first["traceback"], first["type"], first["message"])
-        reports = {int(r["rank"]): _one_line(r) for r in records if r is not first}
+        others = [r for r in records if r is not first]
+        reports = {int(r["rank"]): one_line(r["type"], r["message"]) for r in others}
         return raised_error(rank, rank % nproc, report, reports)
     if job_timeout is not None and elapsed >= job_timeout:
         return SpawnTimeoutError(

@@ -27,9 +27,9 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
+from multiprocessing.process import BaseProcess
 from typing import Any, cast
 
 from distbridge.errors import SpawnTimeoutError, suggest
@@ -53,6 +53,7 @@ __all__ = [
     "check_spawn_options",
     "positive_int",
     "run_workers",
+    "signal_group",
 ]
 
 #: The multiprocessing start methods ``run_workers`` accepts.
@@ -76,10 +77,14 @@ def positive_int(name: str, value: object) -> int:
     return value
 
 
-def check_spawn_options(start_method: str, join: bool) -> None:
+def check_spawn_options(start_method: str, join: bool = True) -> None:
     """The checks of spawn's ``start_method`` and ``join`` for the backends started here."""
     if start_method not in START_METHODS:
-        raise ValueError(f"start_method must be one of {START_METHODS}, got {start_method!r}.")
+        allowed = ", ".join(repr(m) for m in START_METHODS)
+        raise ValueError(
+            f"Unknown start_method {start_method!r}. Allowed: {allowed}."
+            + suggest(str(start_method), START_METHODS)
+        )
     if join is not True:
         raise ValueError(
             "join=False is not supported: spawn supervises its workers until they end."
@@ -160,8 +165,9 @@ def run_workers(
                     for end in (sender, *streams.values()):
                         end.close()  # the child has its copy; EOF must not wait for ours
             relay.start()
-            watch = _Watch(signals, deadline, job_timeout, peer_window, on_death, explain)
-            results = _supervise(workers, watch)
+            results = _supervise(
+                workers, signals, deadline, job_timeout, peer_window, on_death, explain
+            )
         finally:
             try:
                 _shutdown(workers, grace_seconds, exit_seconds, let_finish=results is not None)
@@ -184,16 +190,10 @@ def _current_streams() -> dict[int, Connection]:
 def _validate(
     nprocs: int, rank_offset: int, start_method: str, job_timeout: float | None, grace: float
 ) -> None:
-    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
-        raise ValueError(f"nprocs must be an integer >= 1, got {nprocs!r}.")
+    positive_int("nprocs", nprocs)
     if isinstance(rank_offset, bool) or not isinstance(rank_offset, int) or rank_offset < 0:
-        raise ValueError(f"rank_offset must be an integer >= 0, got {rank_offset!r}.")
-    if start_method not in START_METHODS:
-        allowed = ", ".join(repr(m) for m in START_METHODS)
-        raise ValueError(
-            f"Unknown start_method {start_method!r}. Allowed: {allowed}."
-            + suggest(str(start_method), START_METHODS)
-        )
+        raise ValueError(f"rank_offset must be an int >= 0, got {rank_offset!r}.")
+    check_spawn_options(start_method)
     if start_method == "fork":
         check_fork_is_safe()
     if job_timeout is not None and not job_timeout > 0:
@@ -252,31 +252,24 @@ def _worker_main(
         atexit._run_exitfuncs()  # child without its atexit handlers; "spawn" runs them
 
 
-@dataclass
-class _Watch:
-    """What ``_supervise`` watches besides the workers, and how it reacts to a failure."""
-
-    signals: SignalWatch
-    deadline: float | None
-    job_timeout: float | None
-    peer_window: float
-    on_death: Callable[[int, str], None] | None
-    explain: Callable[[float], str | None] | None = None
-
-    def verdict(self, wait: float) -> str | None:
-        """The hang verdict, or None."""
-        return None if self.explain is None else self.explain(wait)
-
-
-def _supervise(workers: list[Worker], watch: _Watch) -> list[Any]:
+def _supervise(
+    workers: list[Worker],
+    signals: SignalWatch,
+    deadline: float | None,
+    job_timeout: float | None,
+    peer_window: float,
+    on_death: Callable[[int, str], None] | None,
+    explain: Callable[[float], str | None] | None,
+) -> list[Any]:
     """Wait until every worker reported ok. After the first failure, wait up to
     ``peer_window`` seconds more for the others' reports, then raise; raise at once on the
-    job timeout or a signal."""
+    job timeout (``deadline``) or a signal."""
+    verdict = explain or (lambda wait: None)
     running = list(workers)
     failed: list[Worker] = []
     window_end: float | None = None
     while running:
-        watch.signals.raise_if_received()
+        signals.raise_if_received()
         now = time.monotonic()
         if window_end is not None:
             if now >= window_end:
@@ -284,11 +277,11 @@ def _supervise(workers: list[Worker], watch: _Watch) -> list[Any]:
             timeout = min(_TICK_SECONDS, window_end - now)
         else:
             timeout = _TICK_SECONDS
-            if watch.deadline is not None:
-                timeout = min(timeout, watch.deadline - now)
+            if deadline is not None:
+                timeout = min(timeout, deadline - now)
                 if timeout <= 0:
-                    _raise_timeout(running, watch.job_timeout, watch.verdict(VERDICT_SECONDS))
-        ready = _wait(running, watch.signals, timeout)
+                    _raise_timeout(running, job_timeout, verdict(VERDICT_SECONDS))
+        ready = _wait(running, signals, timeout)
         for worker in list(running):
             # Read a report before looking at the exit code: a worker that reported and
             # exited must not be mistaken for one that died without a report.
@@ -299,14 +292,14 @@ def _supervise(workers: list[Worker], watch: _Watch) -> list[Any]:
             running.remove(worker)
             if worker.report is None:
                 failed.append(worker)
-                if watch.on_death is not None:
-                    watch.on_death(worker.rank, death(worker.process.exitcode))
+                if on_death is not None:
+                    on_death(worker.rank, death(worker.process.exitcode))
             elif worker.report[0] != "ok":
                 failed.append(worker)
         if failed and window_end is None:
-            window_end = time.monotonic() + watch.peer_window
+            window_end = time.monotonic() + peer_window
     if failed:  # the ledgers the workers published: the ones still running may be stuck
-        raise failure(failed, workers, watch.verdict(0.0))
+        raise failure(failed, workers, verdict(0.0))
     return [worker.report[1] for worker in workers if worker.report is not None]
 
 
@@ -360,10 +353,11 @@ def _shutdown(
     """Stop and reap every worker and its process group; never raises for dead processes."""
     if let_finish:  # every worker reported ok: let them exit on their own (or by watchdog)
         _join_all(workers, exit_seconds + _EXIT_SLACK_SECONDS)
-    _signal_groups(workers, signal.SIGTERM)
-    _join_all(workers, grace_seconds)
-    _signal_groups(workers, signal.SIGKILL)  # also reaches what a worker left behind
     for worker in workers:
+        signal_group(worker.process, signal.SIGTERM)
+    _join_all(workers, grace_seconds)
+    for worker in workers:
+        signal_group(worker.process, signal.SIGKILL)  # also reaches what a worker left behind
         if worker.process.pid is not None:
             worker.process.join()
         worker.conn.close()
@@ -376,13 +370,13 @@ def _join_all(workers: list[Worker], timeout: float) -> None:
             worker.process.join(max(0.0, deadline - time.monotonic()))
 
 
-def _signal_groups(workers: list[Worker], signum: signal.Signals) -> None:
-    for worker in workers:
-        pid = worker.process.pid
-        if pid is None:
-            continue
+def signal_group(process: BaseProcess, signum: int) -> None:
+    """Send ``signum`` to a started worker's process group, and to the worker itself while it
+    is not in it (not yet, or it left)."""
+    if process.pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signum)
+    if process.exitcode is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signum)
-        if worker.process.exitcode is None:  # not in its group yet, or it left it
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signum)
+            os.kill(process.pid, signum)

@@ -161,6 +161,7 @@ def spawn_xla(
         make_model, activate, backend, fn, tuple(args), dict(kwargs_dict), nproc_per_node, folder,
         reports=report_dir(os.getpid()),
     )  # fmt: skip
+    failed = None
     try:
         try:
             run_workers(
@@ -168,8 +169,8 @@ def spawn_xla(
                 job_timeout=job_timeout,
             )  # fmt: skip
         except WorkerFailedError as err:
-            raise _replica_failure(folder, nproc_per_node) or err from None
-        return _results(folder, nproc_per_node)
+            failed = err
+        return _results(folder, nproc_per_node, failed)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -188,22 +189,16 @@ def _read(folder: str, nproc: int) -> dict[int, tuple[int, Report]]:
     return reports
 
 
-def _replica_failure(folder: str, nproc: int) -> WorkerFailedError | None:
-    """The error of the first replica that failed, or None when none reported one."""
+def _results(folder: str, nproc: int, failed: WorkerFailedError | None) -> list[Any]:
+    """The replicas' results by local rank; raise the error of the first replica that failed,
+    else ``failed`` (the launcher's)."""
     reports = _read(folder, nproc)
-    failed = [local for local, (_, report) in reports.items() if report[0] == "error"]
-    if not failed:
-        return None
-    local = min(failed, key=lambda local: os.stat(Path(folder, f"{local}.pkl")).st_mtime_ns)
-    rank, report = reports[local]
-    return raised_error(rank, local, report)
-
-
-def _results(folder: str, nproc: int) -> list[Any]:
-    failure = _replica_failure(folder, nproc)
-    if failure is not None:
-        raise failure
-    reports = _read(folder, nproc)
+    errors = [local for local, (_, report) in reports.items() if report[0] == "error"]
+    if errors:
+        local = min(errors, key=lambda local: os.stat(Path(folder, f"{local}.pkl")).st_mtime_ns)
+        raise raised_error(reports[local][0], local, reports[local][1])
+    if failed is not None:
+        raise failed
     missing = [local for local in range(nproc) if local not in reports]
     if missing:
         raise WorkerFailedError(

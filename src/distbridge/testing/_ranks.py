@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import signal
 from collections.abc import Callable
@@ -11,6 +9,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
+
+from distbridge.launch.supervisor import signal_group
 
 __all__ = ["LogTail", "Member", "kill_ranks", "log_size", "read_log"]
 
@@ -27,13 +27,7 @@ class Member:
 def kill_ranks(members: list[Member], folder: str) -> None:
     """SIGKILL each rank's process group, reap the ranks, remove their logs."""
     for member in members:
-        pid = member.process.pid
-        with contextlib.suppress(ProcessLookupError, PermissionError, TypeError):
-            os.killpg(pid, signal.SIGKILL)
-        if member.process.exitcode is None:  # not in its own group yet
-            with contextlib.suppress(ProcessLookupError, PermissionError, TypeError):
-                os.kill(pid, signal.SIGKILL)
-    for member in members:
+        signal_group(member.process, signal.SIGKILL)
         member.process.join()
         member.conn.close()
     members.clear()

@@ -1,11 +1,10 @@
 """A rank of a warm world: join the world once, then run test functions until told to stop.
 
-The process runs in its own process group and is SIGKILLed by Linux when the thread that
-started it dies, as `spawn`'s workers are. Its stdout and stderr go to a log file the parent
-reads after each test; SIGUSR1 writes every thread's Python stack there (faulthandler), and
-SIGUSR2 its hang report to `report_dir` of the world's folder (see `reliability.hang.signals`).
-When a test raises, the rank leaves a failure note and cuts its connections (fail-together),
-so that peers blocked in a collective raise `PeerFailed` instead of waiting for the timeout.
+It runs in its own process group and dies with the thread that started it, as `spawn`'s
+workers do. Its stdout and stderr go to a log file the parent reads; SIGUSR1 writes every
+thread's Python stack there, SIGUSR2 its hang report to `report_dir` of the world's folder.
+A test that raises leaves a failure note and cuts the rank's connections (fail-together),
+so peers blocked in a collective raise `PeerFailed` instead of waiting for the timeout.
 """
 
 from __future__ import annotations

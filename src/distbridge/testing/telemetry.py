@@ -50,10 +50,9 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def _payload(value: Any) -> tuple[int, str]:
-    """(bytes, dtype) of a collective's data argument: a tensor's bytes, the sum over a list
-    of tensors, 8 for a Python number (it travels as int64 / float64), a str's UTF-8 bytes;
-    0 for other objects (their pickled size is only known inside the collective) and for
-    no argument (barrier: dtype "")."""
+    """(bytes, dtype) of a collective's data argument, as `record` counts them (a number
+    travels as int64 / float64; an object's pickled size is only known inside the call;
+    barrier has no argument: dtype "")."""
     if isinstance(value, torch.Tensor):
         return value.numel() * value.element_size(), _dtype_name(value.dtype)
     if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):

@@ -1,21 +1,18 @@
 """A warm world: ranks that start once and run many test functions, one after another.
 
-``WarmWorld(nproc, backend)`` starts ``nproc`` processes (the "spawn" start method) that
-join one torch.distributed job (the process group stays up between tests) and wait on a
-pipe. ``run(fn, kwargs)`` sends the function's module, file and name; every rank imports the
-module (once) and calls ``fn(**kwargs)``; each answers passed, or its traceback.
+``WarmWorld(nproc, backend)`` starts ``nproc`` processes ("spawn") that join one
+torch.distributed job, kept up between tests. ``run(fn, kwargs)`` has every rank import
+``fn``'s module (once) and call ``fn(**kwargs)``; each answers passed, or its traceback.
 
-- A rank that raises leaves a failure note and cuts its connections (fail-together), so its
-  peers' collectives raise `PeerFailed`; the others get ``PEER_WINDOW_SECONDS`` to answer.
-- Past the timeout (or that window) the ranks still running write their Python stacks
-  (SIGUSR1, faulthandler) into their logs, which the `WorldRun` report shows; at the
-  timeout, the report also gives the hang verdict from every rank's collective ledger
-  (who is behind, where), asked through the world's store.
+- A rank that raises fails together (`_worker`): its peers raise `PeerFailed` and get
+  ``PEER_WINDOW_SECONDS`` to answer.
+- The ranks still running past the timeout (or that window) write their Python stacks
+  (SIGUSR1) to their logs, for the `WorldRun` report; at the timeout it also gives the
+  hang verdict from the ranks' collective ledgers, asked through the world's store.
 - After any failure the world is stopped (SIGKILL to each rank's process group); the next
-  ``run`` starts a fresh one. Each rank runs in its own process group and dies with the
-  thread that started it (PR_SET_PDEATHSIG), so nothing outlives the parent.
-- SIGUSR2 makes each rank write its hang report (to `report_dir` of the world's folder) and
-  go on; sent to the parent while a test runs, it is passed on to the ranks.
+  ``run`` starts a fresh one. Nothing outlives the parent (PR_SET_PDEATHSIG).
+- SIGUSR2 to the parent while a test runs is passed on to the ranks: each writes its hang
+  report (to `report_dir` of the world's folder) and goes on.
 """
 
 from __future__ import annotations
@@ -38,7 +35,7 @@ from distbridge.launch._main_module import check_main_module
 from distbridge.launch._signals import passing_on
 from distbridge.launch._worker_reports import death
 from distbridge.launch.native import host_store, job_env, job_verdict
-from distbridge.launch.supervisor import PEER_WINDOW_SECONDS, VERDICT_SECONDS
+from distbridge.launch.supervisor import PEER_WINDOW_SECONDS, VERDICT_SECONDS, positive_int
 from distbridge.reliability.fail_together import record_failure
 from distbridge.reliability.hang.signals import report_dir
 from distbridge.testing._protocol import Outcome, Setup, make_task
@@ -73,8 +70,7 @@ class WarmWorld:
         debug: bool = False,
         start_timeout: float = 120.0,
     ) -> None:
-        if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
-            raise ValueError(f"nproc must be an int >= 1, got {nproc!r}.")
+        positive_int("nproc", nproc)
         if backend is None and nproc != 1:
             raise ValueError(
                 f"backend=None runs serially, on one rank; got nproc={nproc}. Pass nproc=1, "
