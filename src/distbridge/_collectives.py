@@ -90,16 +90,15 @@ def all_gather(tensor: Any, group: Group | None = None) -> Any:
         it with `all_gather_object` to keep its type). Ranks outside ``group`` get ``x``
         (a tensor) or ``[x]`` back.
 
-    Tensors are concatenated along dim 0, so a shape that differs across ranks (a 0-dim
-    tensor here, a 3-dim one there) has no answer. The shapes are not exchanged first (one
-    collective, as in torch): the backend fails (gloo aborts the process); the debug mode
-    (``DISTBRIDGE_DEBUG=1``) raises `CollectiveMismatch` on every rank, naming each shape.
-    For such tensors use `gather`, `all_gather_tensors_with_shapes` or ``all_gather_object``.
+    The shapes are not exchanged first (one collective, as in torch): where they differ, the
+    backend fails (gloo aborts the process), or in debug mode (``DISTBRIDGE_DEBUG=1``) every
+    rank raises `CollectiveMismatch` naming each shape. For tensors whose shapes differ use
+    `gather`, `all_gather_tensors_with_shapes` or `all_gather_object`.
 
     Note:
         Without a distributed context: a tensor comes back as a copy (0-dim: shape (1,)),
-        anything else as a one-item list. Objects are pickled: unpickling runs code from the sender,
-        so gather objects only from ranks you trust (your own job).
+        anything else as a one-item list. Objects are pickled: unpickling runs code from the
+        sender, so gather objects only from ranks you trust (your own job).
 
     Example:
         >>> idist.all_gather(f"rank{idist.get_rank()}")
@@ -242,15 +241,13 @@ def gather(
 ) -> list[Any]:
     """Collect every rank's ``tensor`` on global rank ``dst``.
 
-    Tensors may have different shapes on different ranks, different numbers of dims
-    included (a 0-dim tensor on one rank, a 3-dim one on another; the dtype must be the
-    same); nobody needs to know them in advance: the ranks first exchange their shapes in
-    one small collective, and each tensor comes back in its own shape. A dtype that differs
-    is a TypeError on every rank. When every rank passes the same shape and dtype, say
-    so with ``same_shape=True`` to skip that exchange (as fast as ``torch.distributed.gather``;
-    a rank that breaks the promise gets a backend error, or `CollectiveMismatch` in debug
-    mode). Numbers, str, Path and other picklable values come back with their sender's exact
-    type.
+    Shapes may differ across ranks, numbers of dims too (a 0-dim tensor here, a 3-dim one
+    there): the ranks first exchange their shapes in one small collective, and each tensor
+    comes back in its own shape. A dtype that differs is a TypeError on every rank. With
+    ``same_shape=True`` (every rank passes one shape and dtype) that exchange is skipped: as
+    fast as ``torch.distributed.gather``, and a rank that breaks the promise gets a backend
+    error, or `CollectiveMismatch` in debug mode. Numbers, str, Path and other picklable
+    values come back with their sender's exact type.
 
     Returns:
         On ``dst``, a list with one entry per group member, in rank order; ``[]`` elsewhere.

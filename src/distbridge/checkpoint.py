@@ -4,11 +4,8 @@ Under torch.distributed the state dicts go through ``torch.distributed.checkpoin
 (``get_model_state_dict`` / ``get_optimizer_state_dict`` and their ``set_*``), which gather
 FSDP2's sharded DTensor parameters into full tensors and name every entry by its parameter's
 path in the model, without DDP's ``module.`` prefix. So a file saved by an FSDP2 job on four
-ranks loads into a DDP job on two, or into the plain model in one process.
-
-One file, written by rank 0 (the full state dicts are gathered to rank 0 on the CPU, and only
-there) and read by rank 0, which sends the values to the others. Without a distributed context
-the same functions save and load the plain model's state dicts in the same format.
+ranks loads into a DDP job on two, or into the plain model in one process. One file, written
+and read by rank 0 (the full state dicts are gathered to rank 0 on the CPU, and only there).
 """
 
 from __future__ import annotations

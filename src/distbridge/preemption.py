@@ -1,14 +1,8 @@
 """Preemption and time limits: every rank stops at the same step, checkpoints once, requeues once.
 
-A signal handler only sets a flag. Every ``check_every`` steps the ranks all-reduce that flag
-with MAX (one small integer), so a signal that reached any one rank stops them all at the same
-step. There the checkpoint is written through `save_checkpoint` to ``step-<N>.pt.incomplete``
-and renamed to ``step-<N>.pt`` once every rank has finished its part; on SLURM one rank then
-requeues the job (``scontrol requeue``). `resume` loads the newest complete checkpoint of the
-run's directory, or starts afresh when there is none.
-
-Without a distributed context the same code runs in one process, which stops at the first
-step after the request (there is nobody to agree with).
+A signal handler only sets a flag; every ``check_every`` steps the ranks all-reduce it with
+MAX, so a signal that reached any one rank stops them all at the same step. There `StopGuard`
+writes a complete checkpoint and (on SLURM) requeues the job; `resume` loads the newest one.
 """
 
 from __future__ import annotations
