@@ -32,14 +32,10 @@ def device_mesh(shape: Sequence[int] | int, names: Sequence[str] | None = None) 
         ``torch.distributed.device_mesh.init_device_mesh(idist.device().type, shape, ...)``.
 
     Raises:
-        RuntimeError: the active model has no torch.distributed process groups (serial,
-            Horovod, XLA).
+        RuntimeError: the active model has no torch.distributed process groups (Horovod, XLA,
+            or no distributed context: start one with ``idist.initialize("gloo")``).
         ValueError: the shape does not multiply to the world size, or ``names`` does not
             give one name per dimension.
-
-    Note:
-        Without a distributed context there is no process group to build a mesh on:
-        start one with ``idist.initialize("gloo")`` or ``idist.spawn``.
     """
     dims = (shape,) if isinstance(shape, int) else tuple(shape)
     model, world = _api.model_name(), _api.get_world_size()
