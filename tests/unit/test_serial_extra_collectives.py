@@ -95,16 +95,19 @@ def test_all_to_all_of_one_tensor_remembers_what_passed_its_checks() -> None:
 
 
 def test_chunks_of_one_tensor_are_joined_without_a_copy() -> None:
-    from distbridge.algorithms.all_to_all import _joined
+    from distbridge.algorithms import all_to_all
+
+    def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
+        return all_to_all._joined(parts, all_to_all._end_to_end(parts))
 
     whole = torch.arange(12.0)
-    joined = _joined(list(whole.chunk(3)), whole.dtype)
+    joined = _joined(list(whole.chunk(3)))
     assert joined.data_ptr() == whole.data_ptr()
     assert joined.tolist() == list(range(12))
-    part = _joined([whole[2:5], whole[5:6]], whole.dtype)  # end to end, not the whole base
+    part = _joined([whole[2:5], whole[5:6]])  # end to end, not the whole base
     assert part.data_ptr() == whole[2:].data_ptr() and part.tolist() == [2.0, 3.0, 4.0, 5.0]
     for parts in ([whole[5:6], whole[2:5]], [whole[:2], whole[3:5]], [whole[::2][:2], whole[4:6]]):
-        joined = _joined(parts, whole.dtype)  # out of order, a gap, not contiguous: a copy
+        joined = _joined(parts)  # out of order, a gap, not contiguous: a copy
         assert joined.tolist() == torch.cat(parts).tolist()
         assert joined.untyped_storage().data_ptr() != whole.untyped_storage().data_ptr()
     # Two separate tensors whose memory happens to touch are copied, never viewed as one.
@@ -112,10 +115,10 @@ def test_chunks_of_one_tensor_are_joined_without_a_copy() -> None:
     a = torch.frombuffer(memory[:16], dtype=torch.float32)
     b = torch.frombuffer(memory[16:], dtype=torch.float32)
     assert b.data_ptr() == a.data_ptr() + 16
-    assert _joined([a, b], a.dtype).data_ptr() not in (a.data_ptr(), b.data_ptr())
-    assert _joined([torch.zeros(0), torch.zeros(0)], torch.float32).shape == (0,)
+    assert _joined([a, b]).data_ptr() not in (a.data_ptr(), b.data_ptr())
+    assert _joined([torch.zeros(0), torch.zeros(0)]).shape == (0,)
     # Chunks of a view in another dtype have the original tensor as their base: not sent.
-    as_ints = _joined(list(whole.view(torch.int32).chunk(3)), torch.int32)
+    as_ints = _joined(list(whole.view(torch.int32).chunk(3)))
     assert as_ints.dtype == torch.int32 and torch.equal(as_ints, whole.view(torch.int32))
 
 

@@ -63,8 +63,8 @@ def all_to_all(
         dtype, shapes = shape_rows.decode(table)  # row j * size + k: what j sends to k
         sent = shapes[me * size : (me + 1) * size]  # any number of dims in each
         received = shapes[me::size]
-    flat = [model.to_placement(t).reshape(-1) for t in tensors]
-    data = _joined(flat, dtype)
+    placed = [model.to_placement(t) for t in tensors]
+    data = _joined(placed, _end_to_end(placed))
     in_splits = [math.prod(s) for s in sent]
     out_splits = [math.prod(s) for s in received]
     if dtype in model.uncarried_dtypes:
@@ -154,11 +154,8 @@ def _all_to_all_uniform(
         if group is None:
             model.fast_all_to_all.remember(whole)  # see chunks_known
         return list(model._do_all_to_all_even(whole, group).chunk(size))
-    data = None if total is None else _view_of(first, total)
-    if data is None:
-        data = torch.cat([t.reshape(-1) for t in tensors])
     splits = [first.numel()] * size
-    out = model._do_all_to_all(data, splits, splits, group)
+    out = model._do_all_to_all(_joined(tensors, total), splits, splits, group)
     return list(out.view(size, *shape).unbind(0))
 
 
@@ -175,16 +172,6 @@ def _chunked(first: torch.Tensor, size: int) -> torch.Tensor | None:
     return base if base.is_contiguous() else None
 
 
-def _joined(parts: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-    """``torch.cat(parts)`` of 1-d tensors, without the copy when they lie end to end in one
-    buffer (as the chunks of ``x.chunk(n)`` do)."""
-    if not parts:
-        return torch.empty(0, dtype=dtype)
-    total = _end_to_end(parts)
-    joined = None if total is None else _view_of(parts[0], total)
-    return torch.cat(parts) if joined is None else joined
-
-
 def _end_to_end(parts: Sequence[torch.Tensor]) -> int | None:
     """How many elements contiguous ``parts`` (of one dtype) hold when each starts where the
     one before it ends in memory; None when they do not."""
@@ -197,10 +184,13 @@ def _end_to_end(parts: Sequence[torch.Tensor]) -> int | None:
     return total
 
 
-def _view_of(first: torch.Tensor, total: int) -> torch.Tensor | None:
-    """A flat view of ``total`` elements from where ``first`` starts (the parts found end to
-    end with it); None when they leave its storage: consecutive addresses could still span
-    two separate buffers that happen to touch."""
-    if (first.storage_offset() + total) * first.element_size() > first.untyped_storage().nbytes():
-        return None
-    return first.as_strided((total,), (1,))
+def _joined(parts: Sequence[torch.Tensor], total: int | None) -> torch.Tensor:
+    """``parts`` flat and joined: a view, not a copy, when they lie end to end in memory
+    (``total`` elements, from ``_end_to_end``), as the chunks of ``x.chunk(n)`` do, and within
+    one storage: consecutive addresses could still span two buffers that happen to touch."""
+    first = parts[0]
+    if total is not None:
+        end = (first.storage_offset() + total) * first.element_size()
+        if end <= first.untyped_storage().nbytes():
+            return first.as_strided((total,), (1,))
+    return torch.cat([p.reshape(-1) for p in parts])

@@ -90,16 +90,7 @@ def canonical_op(op: object, supported: frozenset[str], model_name: str) -> str:
 
 def kind_of(value: object) -> int:
     """The kind code of a non-tensor value (int, float, bool, str, Path or any other object)."""
-    cls = type(value)
-    if cls is int:
-        return KIND_INT
-    if cls is float:
-        return KIND_FLOAT
-    if cls is bool:
-        return KIND_BOOL
-    if cls is str:
-        return KIND_STR
-    if _is_numpy_bool(value):  # the other bools (bool itself has no subclasses)
+    if isinstance(value, bool) or _is_numpy_bool(value):  # first: bools are Integral too
         return KIND_BOOL
     if isinstance(value, numbers.Integral):
         return KIND_INT

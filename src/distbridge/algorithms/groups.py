@@ -36,10 +36,6 @@ def _shown(ranks: Sequence[object]) -> str:
     return f"[{', '.join(head)}{', ...' if len(ranks) > _SHOWN else ''}]"
 
 
-def _is_rank(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def not_a_group(group: object) -> GroupArgumentError:
     """The error every model raises for a ``group`` that is none of the accepted kinds (a
     ValueError as ignite's, and a TypeError)."""
@@ -140,7 +136,8 @@ class GroupCache:
             raise GroupArgumentError(f"Argument ranks should be list of int, got {ranks!r}.")
         world = self._model.get_world_size()
         # A huge range (range(2**40)) is refused without a walk over all of it.
-        bad = [] if isinstance(ranks, range) else [r for r in ranks if not _is_rank(r)]
+        listed = () if isinstance(ranks, range) else ranks
+        bad = [r for r in listed if isinstance(r, bool) or not isinstance(r, int)]
         if bad:
             raise GroupArgumentError(
                 f"Argument ranks should be list of int, got {bad[0]!r} in {_shown(ranks)}."

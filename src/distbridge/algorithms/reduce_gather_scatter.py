@@ -219,21 +219,21 @@ def scatter(model: ModelContract, tensors: Any, src: int, group: Any, out: Any =
         return None
     size, me = model._group_size(resolved), model._group_rank(resolved)
     is_src = model.get_rank() == src
-    if out is not None:
-        return _scatter_into(model, tensors if is_src else None, out, src, resolved, size)
     problem: Exception | None = None
+    if is_src and (not isinstance(tensors, (list, tuple)) or len(tensors) != size):
+        problem = ValueError(
+            f"scatter needs a list of {size} tensors on the source rank, got {tensors!r}."
+        )
+    if out is not None:
+        return _scatter_into(model, tensors if is_src else None, out, src, resolved, size, problem)
     rows = [[shape_rows.BAD] * shape_rows.WIDTH for _ in range(size)]
-    if is_src:
-        if not isinstance(tensors, (list, tuple)) or len(tensors) != size:
-            problem = ValueError(
-                f"scatter needs a list of {size} tensors on the source rank, got {tensors!r}."
-            )
-            rows = [[shape_rows.WRONG] * shape_rows.WIDTH for _ in range(size)]
-        else:
-            rows = [shape_rows.row(t) for t in tensors]
-            bad = [i for i, r in enumerate(rows) if r[0] == shape_rows.BAD]
-            if bad:
-                problem = TypeError(shape_rows.why_bad(tensors[bad[0]], f"tensors[{bad[0]}]"))
+    if problem is not None:
+        rows = [[shape_rows.WRONG] * shape_rows.WIDTH for _ in range(size)]
+    elif is_src:
+        rows = [shape_rows.row(t) for t in tensors]
+        bad = [i for i, r in enumerate(rows) if r[0] == shape_rows.BAD]
+        if bad:
+            problem = TypeError(shape_rows.why_bad(tensors[bad[0]], f"tensors[{bad[0]}]"))
     table_t = torch.tensor(rows, dtype=torch.int64, device=model._collective_device())
     table = model._do_broadcast(table_t, src, resolved).cpu().numpy()
     if problem is not None:
@@ -258,17 +258,29 @@ def _do_scatter(
 
 
 def _scatter_into(
-    model: ModelContract, tensors: Any, out: torch.Tensor, src: int, group: Any, size: int
+    model: ModelContract,
+    tensors: Any,
+    out: torch.Tensor,
+    src: int,
+    group: Any,
+    size: int,
+    problem: Exception | None,
 ) -> torch.Tensor:
     """``scatter`` when the caller gives the receiving tensor: its dtype and shape are every
     chunk's, so nothing is exchanged first (``tensors`` is None except on ``src``). When the
-    source's ``tensors`` do not fit ``out``, it still sends zeros, since the other ranks are
-    already waiting, and then raises ValueError."""
-    problem: ValueError | None = None
-    if tensors is not None:
-        problem = _check_scatter_into(tensors, out, size)
-        if problem is not None:  # send zeros: the other ranks already wait in the scatter
-            tensors = [torch.zeros_like(out)] * size
+    source's ``tensors`` are no list of the group's size (``problem``) or do not fit ``out``,
+    it still sends zeros, since the other ranks are already waiting, and then raises."""
+    if tensors is not None and problem is None:
+        wrong = [i for i, t in enumerate(tensors) if shape_rows.row(t) != shape_rows.row(out)]
+        if wrong:
+            t = tensors[wrong[0]]
+            found = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else repr(t)
+            problem = ValueError(
+                f"scatter(out=...) needs every tensor to have out's dtype and shape "
+                f"({out.dtype} {tuple(out.shape)}); tensors[{wrong[0]}] is {found}."
+            )
+    if problem is not None:  # send zeros: the other ranks already wait in the scatter
+        tensors = [torch.zeros_like(out)] * size
     work = model.to_placement(out)
     # The chunks go where the receiving tensor is: gloo scatters CUDA tensors only into CUDA.
     chunks = [t.to(work.device).contiguous() for t in tensors] if tensors is not None else None
@@ -303,23 +315,6 @@ def scatter_known(
                 return None
         chunks = [t.contiguous() for t in tensors]
     return write_back(out, model._do_scatter(chunks, out, src, None))
-
-
-def _check_scatter_into(tensors: Any, out: torch.Tensor, size: int) -> ValueError | None:
-    """What is wrong with the source's ``tensors`` for ``scatter(out=out)``, if anything."""
-    if not isinstance(tensors, (list, tuple)) or len(tensors) != size:
-        return ValueError(
-            f"scatter needs a list of {size} tensors on the source rank, got {tensors!r}."
-        )
-    wrong = [i for i, t in enumerate(tensors) if shape_rows.row(t) != shape_rows.row(out)]
-    if not wrong:
-        return None
-    t = tensors[wrong[0]]
-    found = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else repr(t)
-    return ValueError(
-        f"scatter(out=...) needs every tensor to have out's dtype and shape "
-        f"({out.dtype} {tuple(out.shape)}); tensors[{wrong[0]}] is {found}."
-    )
 
 
 def reduce_scatter(model: ModelContract, tensor: Any, op: str, group: Any) -> Any:

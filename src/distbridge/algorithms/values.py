@@ -1,11 +1,12 @@
 """Non-tensor values through tensor collectives: headers, inline payloads, byte gathers.
 
 Every value travels behind a fixed header of eight int64 words: its kind, one or two
-fields (a number's 64-bit pattern, a payload's length, a dtype code and rank), and 40
-bytes of inline payload. A value that fits inline needs one collective; a longer
-one needs a second collective for the bytes. Receivers decode each value from its
-sender's header, so they need no placeholder of the right type, and nothing received
-is evaluated; objects are unpickled only when this rank asked for objects too.
+fields (a number's 64-bit pattern, a payload's length; a tensor's dtype code and number of
+dims, its shape being the payload), and 40 bytes of inline payload. A value that fits
+inline needs one collective; a longer one needs a second collective for the bytes.
+Receivers decode each value from its sender's header, so they need no placeholder of the
+right type, and nothing received is evaluated; objects are unpickled only when this rank
+asked for objects too.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def _encode(value: Any, objects: bool) -> tuple[int, int, int, bytes]:
     if isinstance(value, torch.Tensor) and not objects:
         if value.layout != torch.strided:
             raise TypeError(f"broadcast needs a dense (strided) tensor, got {value.layout}.")
-        return codec.KIND_TENSOR, codec.dtype_code(value.dtype), value.dim(), b""
+        shape = np.asarray(value.shape, dtype="<i8").tobytes()  # its payload: the shape
+        return codec.KIND_TENSOR, codec.dtype_code(value.dtype), value.dim(), shape
     kind = codec.kind_of(value)
     if kind in codec.NUMBER_KINDS:
         return kind, codec.encode_number(value, kind), 0, b""
@@ -77,8 +79,6 @@ def broadcast_value(model: ModelContract, value: Any, src: int, group: Any) -> A
             failure = err
             a = _failure_code(err)
     inline = payload if len(payload) <= _INLINE else b""
-    if kind == codec.KIND_TENSOR and b <= _WORDS - 3:
-        inline = np.asarray(value.shape, dtype="<i8").tobytes()
     sent = model._do_broadcast(_header(model, kind, a, b, inline), src, group)
     row = sent.cpu().numpy()
     kind, a, b = (int(x) for x in row[:3])
@@ -94,28 +94,24 @@ def broadcast_value(model: ModelContract, value: Any, src: int, group: Any) -> A
         )
     if kind in codec.NUMBER_KINDS:
         return codec.decode_number(a, kind)
-    if kind in _TEXT_KINDS:
-        if a <= _INLINE:
-            payload = _inline_bytes(row, a)
-        else:
-            if is_src:
-                data = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-            else:
-                data = torch.empty(a, dtype=torch.uint8)
-            sent = model._do_broadcast(data.to(model._collective_device()), src, group)
-            payload = sent.cpu().numpy().tobytes()
-        text = payload.decode("utf-8")
-        return text if kind == codec.KIND_STR else codec.decode_path(text)
+    if kind not in (*_TEXT_KINDS, codec.KIND_TENSOR):
+        raise ValueError(
+            f"Received an unknown broadcast header {row.tolist()}: a desynchronized job?"
+        )
+    length = 8 * b if kind == codec.KIND_TENSOR else a  # a tensor's payload: b dims
+    if length <= _INLINE:
+        payload = _inline_bytes(row, length)
+    else:  # a second broadcast, of the payload's bytes (zeros off the source)
+        data = torch.frombuffer(bytearray(payload if is_src else length), dtype=torch.uint8)
+        sent = model._do_broadcast(data.to(model._collective_device()), src, group)
+        payload = sent.cpu().numpy().tobytes()
     if kind == codec.KIND_TENSOR:
-        dtype, ndim = codec.dtype_from_code(a), b
-        if ndim <= _WORDS - 3:
-            shape = [int(d) for d in row[3 : 3 + ndim]]
-        else:
-            shape_t = torch.tensor(list(value.shape) if is_src else [0] * ndim, dtype=torch.int64)
-            shape = model._do_broadcast(shape_t.to(model._collective_device()), src, group).tolist()
+        shape = np.frombuffer(payload, dtype="<i8").tolist()
+        dtype = codec.dtype_from_code(a)
         target = value if is_src else torch.empty(shape, dtype=dtype, device=model.device())
         return model.broadcast_tensor(target, src, group)
-    raise ValueError(f"Received an unknown broadcast header {row.tolist()}: a desynchronized job?")
+    text = payload.decode("utf-8")
+    return text if kind == codec.KIND_STR else codec.decode_path(text)
 
 
 def broadcast_failure(model: ModelContract, error: Exception, src: int, group: Any) -> None:
