@@ -50,17 +50,9 @@ def main(options: CheckOptions, as_json: bool) -> int:
     report, code = run(options)
     if code == USAGE_ERROR and not as_json:
         print(f"distbridge check: error: {report['error']['message']}", file=sys.stderr)
-    elif _rank() == 0:
+    elif idist.get_rank() == 0:  # the launcher's rank (finalized or never initialized here)
         print(json.dumps(report, indent=2) if as_json else format_check(report), flush=True)
     return code
-
-
-def _rank() -> int:
-    try:
-        launch = environments.detect()
-    except ValueError:
-        return 0
-    return 0 if launch is None else launch.rank
 
 
 def measure(sizes: tuple[int, ...], iters: int) -> list[dict[str, Any]]:
