@@ -131,10 +131,11 @@ def test_str_subclass_is_str_kind() -> None:
     assert codec.kind_of(Name("x")) == codec.KIND_STR
 
 
-def test_decode_path_gives_a_concrete_path() -> None:
-    back = codec.decode_path("a/b")
+def test_decode_text_gives_a_str_or_a_concrete_path() -> None:
+    back = codec.decode_text(b"a/b", codec.KIND_PATH)
     assert isinstance(back, Path)
     assert back == Path("a/b")
+    assert codec.decode_text("ü".encode(), codec.KIND_STR) == "ü"
 
 
 # ---- dtypes -----------------------------------------------------------------------------------

@@ -132,9 +132,10 @@ def decode_number(bits: int, kind: int) -> int | float | bool:
     return bits
 
 
-def decode_path(text: str) -> PurePath:
-    """A received Path (always a concrete ``pathlib.Path`` on the receiving machine)."""
-    return Path(text)
+def decode_text(payload: bytes, kind: int) -> str | PurePath:
+    """A received str or Path (always a concrete ``pathlib.Path`` here) from its UTF-8 bytes."""
+    text = payload.decode("utf-8")
+    return text if kind == KIND_STR else Path(text)
 
 
 def dtype_code(dtype: torch.dtype) -> int:

@@ -16,22 +16,20 @@ def divide_(tensor: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def write_back(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """Make ``x`` hold ``out`` (when the collective worked on a copy) and return ``x``."""
-    if out is not x and not _same_elements(x, out):
-        with torch.no_grad():
-            x.copy_(out)
-    return x
+    """Make ``x`` hold ``out`` (when the collective worked on a copy) and return ``x``.
 
-
-def _same_elements(x: torch.Tensor, out: torch.Tensor) -> bool:
-    """Whether ``out`` is ``x`` through another view, as when a carrier filled ``x``'s bytes in
-    place (copying would fail: torch refuses a copy between overlapping tensors whose strides
-    differ, which a contiguous ``x`` may have in dims of size 1). XLA tensors have no
+    No copy when ``out`` is ``x`` through another view, as when a carrier filled ``x``'s
+    bytes in place (copying would fail: torch refuses a copy between overlapping tensors whose
+    strides differ, which a contiguous ``x`` may have in dims of size 1). XLA tensors have no
     address (``data_ptr()`` is 0 for all of them): never the same elements there."""
-    return (
+    same = out is x or (
         x.data_ptr() != 0
         and out.data_ptr() == x.data_ptr()
         and (out.dtype, out.shape, out.device) == (x.dtype, x.shape, x.device)
         and x.is_contiguous()
         and out.is_contiguous()
     )
+    if not same:
+        with torch.no_grad():
+            x.copy_(out)
+    return x

@@ -110,8 +110,7 @@ def broadcast_value(model: ModelContract, value: Any, src: int, group: Any) -> A
         dtype = codec.dtype_from_code(a)
         target = value if is_src else torch.empty(shape, dtype=dtype, device=model.device())
         return model.broadcast_tensor(target, src, group)
-    text = payload.decode("utf-8")
-    return text if kind == codec.KIND_STR else codec.decode_path(text)
+    return codec.decode_text(payload, kind)
 
 
 def broadcast_failure(model: ModelContract, error: Exception, src: int, group: Any) -> None:
@@ -150,14 +149,10 @@ def gather_values(model: ModelContract, value: Any, group: Any) -> list[Any]:
         chunks = [_inline_bytes(row, n) for row, n in zip(rows, sizes, strict=True)]
     else:
         chunks = _gather_bytes(model, payload, sizes, group)
-    out: list[Any] = []
-    for (k, _), chunk in zip(header, chunks, strict=True):
-        if k == codec.KIND_OBJECT:
-            out.append(object_frames.loads(chunk))  # every rank asked for objects (same category)
-        else:
-            text = chunk.decode("utf-8")
-            out.append(text if k == codec.KIND_STR else codec.decode_path(text))
-    return out
+    return [  # objects: every rank asked for them (one category)
+        object_frames.loads(chunk) if k == codec.KIND_OBJECT else codec.decode_text(chunk, k)
+        for (k, _), chunk in zip(header, chunks, strict=True)
+    ]
 
 
 def _failure_code(err: Exception) -> int:
