@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal, overload
 
@@ -19,6 +20,7 @@ __all__ = [
     "layout_from_env",
     "layout_from_store",
     "node_name",
+    "restore_env",
     "visible_gpus",
 ]
 
@@ -131,7 +133,7 @@ def layout_from_store(store: Any, rank: int, world_size: int, hostname: str) -> 
 
 def export_layout(layout: Layout) -> dict[str, str | None]:
     """Set RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK where they are unset, for
-    code that reads them; return what they were before (None: unset) so they can be restored."""
+    code that reads them; return what they were before (None: unset), for `restore_env`."""
     wanted = {
         "RANK": layout.rank,
         "LOCAL_RANK": layout.local_rank,
@@ -145,3 +147,12 @@ def export_layout(layout: Layout) -> dict[str, str | None]:
             previous[key] = os.environ.get(key)
             os.environ[key] = str(value)
     return previous
+
+
+def restore_env(previous: Mapping[str, str | None]) -> None:
+    """Put the variables of ``previous`` back as they were (None: unset)."""
+    for key, old in previous.items():
+        if old is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = old

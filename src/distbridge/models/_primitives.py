@@ -1,9 +1,10 @@
 """BackendPrimitives: the one interface between a backend and everything else.
 
 A backend implements the abstract methods: how to find or create its context, where the
-process sits (``_layout``, ``_device``), and the tensor primitives (the ``_do_*`` hooks and
-the group queries). The ops many backends lack (reduce, gather, scatter, reduce-scatter,
-all-to-all, in-place all-gather) have default emulations over the required ones.
+process sits (``_layout``, ``_device``), and the tensor primitives (the ``_do_*`` hooks; the
+group queries too, unless its groups list their ranks in ``ranks``). The ops many backends
+lack (reduce, gather, scatter, reduce-scatter, all-to-all, in-place all-gather) have
+default emulations over the required ones.
 
 Here too is what the code below the models uses of a model (``ModelContract``) besides the
 hooks: the state every model keeps, the tensor round trips, failing together.
@@ -282,17 +283,23 @@ class BackendPrimitives(ABC):
     def _check_group(self, group: object) -> None:
         """TypeError unless ``group`` is a group object of this backend."""
 
-    @abstractmethod
+    # The group queries' defaults read a group that lists its global ranks in ``ranks``
+    # (Horovod's process sets, XLA's groups); the native and serial models override them.
+
     def _group_size(self, group: Any) -> int:
         """Number of ranks in ``group`` (None: the world)."""
+        return self._layout.world_size if group is None else len(group.ranks)
 
-    @abstractmethod
     def _group_rank(self, group: Any) -> int:
         """This process's rank within ``group`` (None: the world); -1 if not a member."""
+        rank = self._layout.rank
+        if group is None:
+            return rank
+        return group.ranks.index(rank) if rank in group.ranks else -1
 
-    @abstractmethod
     def _group_members(self, group: Any) -> tuple[int, ...]:
         """Global ranks of the members of ``group`` (None: the world), in group-rank order."""
+        return tuple(range(self._layout.world_size)) if group is None else tuple(group.ranks)
 
     # ---- primitives with a default emulation (override where the backend has the op) ---------
 

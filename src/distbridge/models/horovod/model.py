@@ -369,20 +369,3 @@ class HorovodModel(ComputationModel):
     def _check_group(self, group: object) -> None:
         if not isinstance(group, self._hvd.ProcessSet) or group.process_set_id is None:
             raise not_a_group(group)  # or a ProcessSet registered with Horovod
-
-    @override
-    def _group_size(self, group: Any) -> int:
-        return self._layout.world_size if group is None else len(group.ranks)
-
-    @override
-    def _group_rank(self, group: Any) -> int:
-        if group is None:
-            return self._layout.rank
-        members = group.ranks
-        return members.index(self._layout.rank) if self._layout.rank in members else -1
-
-    @override
-    def _group_members(self, group: Any) -> tuple[int, ...]:
-        if group is None:
-            return tuple(range(self._layout.world_size))
-        return tuple(group.ranks)

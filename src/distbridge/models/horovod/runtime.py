@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from distbridge.models._engine_state import engines
+from distbridge.models._layout import restore_env
 
 __all__ = [
     "DYNAMIC_VAR",
@@ -35,11 +36,7 @@ def environ(values: Mapping[str, str]) -> Iterator[None]:
     try:
         yield
     finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
+        restore_env(saved)
 
 
 def hvd_module() -> Any:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +23,7 @@ from distbridge.models._layout import (
     layout_from_env,
     layout_from_store,
     node_name,
+    restore_env,
 )
 from distbridge.models.native.gpus import check_nccl_gpus
 
@@ -35,7 +35,6 @@ __all__ = [
     "join_job",
     "known_local_rank",
     "rendezvous_address",
-    "restore_env",
 ]
 
 #: set to "True" by a launcher that hosts the job's store itself (torchrun's agent, spawn)
@@ -126,15 +125,6 @@ def fill_rendezvous_defaults() -> list[str]:
             os.environ[key] = value
             filled.append(key)
     return filled
-
-
-def restore_env(previous: Mapping[str, str | None]) -> None:
-    """Put the variables of ``previous`` back as they were (None: unset)."""
-    for key, old in previous.items():
-        if old is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = old
 
 
 def _explicit_init(

@@ -26,7 +26,7 @@ from distbridge.launch.native import spawn_native
 from distbridge.models._accelerator import backend_device_types
 from distbridge.models._default_group import default_pg as _default_pg
 from distbridge.models._failing_together import FailingTogether
-from distbridge.models._layout import Layout, layout_from_env
+from distbridge.models._layout import Layout, layout_from_env, restore_env
 from distbridge.models.base import ComputationModel
 from distbridge.models.native import flight_recorder, ops
 from distbridge.models.native.backends import NativeBackends, backend_of, device_for
@@ -36,7 +36,7 @@ from distbridge.models.native.checks import (
     optional_argument,
 )
 from distbridge.models.native.gpus import spawn_gpu_problem
-from distbridge.models.native.init import as_timeout, join_job, restore_env
+from distbridge.models.native.init import as_timeout, join_job
 from distbridge.reliability import coordination, fail_together
 from distbridge.reliability.connections import Connections
 

@@ -374,16 +374,3 @@ class XlaModel(ComputationModel):
     def _check_group(self, group: object) -> None:
         if not isinstance(group, XlaGroup):
             raise not_a_group(group)
-
-    @override
-    def _group_size(self, group: Any) -> int:
-        return self._layout.world_size if group is None else len(group.ranks)
-
-    @override
-    def _group_rank(self, group: Any) -> int:
-        rank, ranks = self._layout.rank, self._group_members(group)
-        return ranks.index(rank) if rank in ranks else -1
-
-    @override
-    def _group_members(self, group: Any) -> tuple[int, ...]:
-        return tuple(range(self._layout.world_size)) if group is None else tuple(group.ranks)
