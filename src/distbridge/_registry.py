@@ -153,10 +153,7 @@ class Registry:
 
 
 class RegisteredModels(Sequence["type[ComputationModel]"]):
-    """A live, read-only view of the registered model classes.
-
-    It backs ``distbridge.registered_computation_models``.
-    """
+    """A live, read-only view of the registered models (``registered_computation_models``)."""
 
     def __init__(self, source: Registry) -> None:
         self._source = source

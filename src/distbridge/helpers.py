@@ -175,13 +175,8 @@ _RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
 
 
 def _env_rank(env: Mapping[str, str]) -> int | None:
-    """The rank the first of ``_RANK_VARIABLES`` set in ``env`` gives (an empty value counts
-    as unset; the ones after it are not read), or None when none is set.
-
-    Raises:
-        ValueError: that variable is not an integer (read as the launchers' variables are,
-            with ``int()``), or is negative; the message names it.
-    """
+    """The rank the first of ``_RANK_VARIABLES`` set in ``env`` gives, or None when none is
+    set; ValueError when it is not an int >= 0 (`rank_zero_only`'s case 3)."""
     for key in _RANK_VARIABLES:
         rank = read_int(env, key)
         if rank is None:
