@@ -12,12 +12,11 @@ def dump_stacks(reason: str = "distbridge.dump_stacks() was called") -> str:
     """Log the Python stacks of every thread of this rank, and ask the other ranks for theirs.
 
     The stacks (``faulthandler``, innermost frame first) go to the ``"distbridge"`` logger at
-    WARNING, under a header ``==== distbridge: Python stacks of rank R (pid, host): reason``;
-    without logging configured, Python prints them on stderr. Every other rank that has
-    opened the coordination store (at its first ``barrier(timeout=...)`` or
-    ``one_rank_first``, which start a stack watcher polling it once a second) logs its own
-    within about a second, wherever it is stuck, since the watcher is a thread of its own. A
-    `BarrierTimeout` does the same by itself before it is raised.
+    WARNING, under a header ``==== distbridge: Python stacks of rank R (pid, host): reason``.
+    Every other rank that has opened the coordination store (at its first
+    ``barrier(timeout=...)`` or ``one_rank_first``) logs its own within about a second,
+    wherever it is stuck: a thread of its own polls the store ("Stack dumps" in
+    docs/reliability.md).
 
     Args:
         reason: written in every rank's header.
@@ -26,10 +25,9 @@ def dump_stacks(reason: str = "distbridge.dump_stacks() was called") -> str:
         The text this rank logged.
 
     Note:
-        Without a distributed context, logs this process's stacks (as rank 0). Ranks that
-        never opened the coordination store are not asked; nor are ranks whose Python is
-        frozen inside a C call that holds the GIL (send them ``SIGABRT``: faulthandler, when
-        enabled, prints their stacks as they die).
+        Without a distributed context, logs this process's stacks (as rank 0). A rank frozen
+        in a C call that holds the GIL cannot answer: send it ``SIGABRT`` (faulthandler, when
+        enabled, prints its stacks as it dies).
 
     Example:
         >>> idist.dump_stacks("epoch 3 is slow")  # doctest: +SKIP
