@@ -41,6 +41,7 @@ from distbridge.reliability.timed_barrier import (
 __all__ = ["NOT_A_MEMBER", "BackendPrimitives"]
 
 NOT_A_MEMBER: Final = GroupCache.NOT_A_MEMBER
+_CPU = torch.device("cpu")
 
 
 class BackendPrimitives(ABC):
@@ -229,9 +230,10 @@ class BackendPrimitives(ABC):
 
     # ---- primitives a backend supplies -------------------------------------------------------
 
-    @abstractmethod
     def _collective_device(self) -> torch.device:
-        """Where numbers, strings and headers are encoded for this backend's collectives."""
+        """Where numbers, strings and headers are encoded for this backend's collectives.
+        Default: the CPU."""
+        return _CPU
 
     def _number_device(self, dtype: torch.dtype) -> torch.device:
         """Where ``all_reduce`` of a Python number builds its one-element ``dtype`` tensor

@@ -32,8 +32,6 @@ from distbridge.models.native.checks import check_group_options
 
 __all__ = ["SerialModel"]
 
-_CPU = torch.device("cpu")
-
 
 class _ProbeSource(Protocol):
     probes: tuple[Callable[[], bool], ...]
@@ -156,10 +154,6 @@ class SerialModel(ComputationModel):
     @override
     def _native_avg(self) -> bool:
         return True  # the average of one value is the value
-
-    @override
-    def _collective_device(self) -> torch.device:
-        return _CPU
 
     @override
     def _placement(self, tensor: torch.Tensor) -> torch.device:

@@ -207,10 +207,6 @@ class HorovodModel(ComputationModel):
         return True
 
     @override
-    def _collective_device(self) -> torch.device:
-        return _CPU
-
-    @override
     def _placement(self, tensor: torch.Tensor) -> torch.device:
         return tensor.device if tensor.device.type in ("cpu", "cuda") else _CPU
 

@@ -211,10 +211,6 @@ class XlaModel(ComputationModel):
     # ---- primitives --------------------------------------------------------------------------
 
     @override
-    def _collective_device(self) -> torch.device:
-        return _CPU  # numbers, strings and headers travel as bytes: see _do_broadcast
-
-    @override
     def _number_device(self, dtype: torch.dtype) -> torch.device:
         return self._device if self._holds(dtype) else _CPU  # one transfer less
 
