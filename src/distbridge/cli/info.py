@@ -171,14 +171,9 @@ def _plan(
         plan.update(rendezvous="invalid", summary=f"none: initialize() would fail: {error}")
     if launch is None:
         return plan
+    fields = ("rank", "world_size", "local_rank", "master_addr", "master_port")
+    plan.update({key: launch[key] for key in fields})
     addr, port = launch["master_addr"], launch["master_port"]
-    plan.update(
-        rank=launch["rank"],
-        world_size=launch["world_size"],
-        local_rank=launch["local_rank"],
-        master_addr=addr,
-        master_port=port,
-    )
     name, where = launch["name"], f"{addr or '(MASTER_ADDR unknown)'}:{port or '(unknown)'}"
     if name != _TORCHELASTIC and launch["world_size"] == 1:
         plan["summary"] = f"a world of one under {name}: an in-memory store (no port is opened)"
