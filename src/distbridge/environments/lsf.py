@@ -31,9 +31,8 @@ _VARIABLES = Variables(  # node_rank and nnodes are not read: 0 and 1 when on on
 
 
 def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
-    """Read ``JSM_NAMESPACE_*``, ``LSB_JOBID`` and ``LSB_MCPU_HOSTS`` from ``env``.
-
-    Returns None unless ``JSM_NAMESPACE_RANK`` and ``JSM_NAMESPACE_SIZE`` are both set.
+    """Read ``JSM_NAMESPACE_*``, ``LSB_JOBID`` and ``LSB_MCPU_HOSTS`` from ``env``; None unless
+    ``JSM_NAMESPACE_RANK`` and ``JSM_NAMESPACE_SIZE`` are both set.
 
     Example:
         >>> detect({"JSM_NAMESPACE_RANK": "0", "JSM_NAMESPACE_SIZE": "12", "LSB_JOBID": "7",

@@ -24,14 +24,11 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
     Returns None unless both RANK and WORLD_SIZE are set. The number of nodes is
     GROUP_WORLD_SIZE when torchrun set it, else WORLD_SIZE / LOCAL_WORLD_SIZE.
     """
-    rank = read_int(env, "RANK")
-    world_size = read_int(env, "WORLD_SIZE")
+    rank, world_size = read_int(env, "RANK"), read_int(env, "WORLD_SIZE")
     if rank is None or world_size is None:
         return None
-    local_rank = read_int(env, "LOCAL_RANK")
-    local_world_size = read_int(env, "LOCAL_WORLD_SIZE")
-    node_rank = read_int(env, "GROUP_RANK")
-    nnodes = read_int(env, "GROUP_WORLD_SIZE")
+    local_rank, local_world_size = read_int(env, "LOCAL_RANK"), read_int(env, "LOCAL_WORLD_SIZE")
+    node_rank, nnodes = read_int(env, "GROUP_RANK"), read_int(env, "GROUP_WORLD_SIZE")
     names = dict(_NAMES)
     if nnodes is None and local_world_size and world_size % local_world_size == 0:
         nnodes = world_size // local_world_size
