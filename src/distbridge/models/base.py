@@ -344,10 +344,8 @@ class ComputationModel(BackendPrimitives):
         if self._debug:
             self._check_collective("scatter", group, x=tensors, src=src, out=out)
         if group is None and type(out) is torch.Tensor and self.fast_scatter.knows(out):
-            sent = reduce_gather_scatter.scatter_known(
-                self, tensors, src, out
-            )  # None: not plainly right
-            if sent is not None:
+            sent = reduce_gather_scatter.scatter_known(self, tensors, src, out)
+            if sent is not None:  # None: not plainly right
                 return sent
         return reduce_gather_scatter.scatter(self, tensors, src, group, out)
 
