@@ -19,11 +19,8 @@ __all__ = ["as_byte_rows", "as_bytes", "from_byte_rows", "from_bytes", "shares_b
 
 
 def as_bytes(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor``'s elements in order as a flat uint8 tensor (``numel * itemsize`` bytes).
-
-    A view sharing ``tensor``'s storage when ``tensor.is_contiguous()`` (whatever the strides
-    of its size-1 dimensions), else a copy. Bools give their bytes as they are stored.
-    """
+    """``tensor``'s elements in order as a flat uint8 tensor (``numel * itemsize`` bytes): a
+    view when ``tensor.is_contiguous()``, else a copy. Bools give their bytes as stored."""
     dense = tensor if tensor.is_contiguous() else tensor.contiguous()
     flat = dense.reshape(-1)  # a view: dense is contiguous
     if flat.stride(0) != 1:  # one element, or none, with any stride
@@ -37,11 +34,8 @@ def shares_bytes(tensor: torch.Tensor) -> bool:
 
 
 def from_bytes(data: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
-    """The tensor of ``dtype`` and ``shape`` whose bytes are ``data`` (read in order).
-
-    A view of ``data`` where its layout allows, else a copy. Raises ValueError when the
-    number of bytes is not what ``shape`` needs.
-    """
+    """The tensor of ``dtype`` and ``shape`` whose bytes are ``data`` (read in order): a view
+    where its layout allows, else a copy; ValueError when ``shape`` needs another size."""
     need = math.prod(shape) * dtype.itemsize
     if data.numel() * data.element_size() != need:
         raise ValueError(

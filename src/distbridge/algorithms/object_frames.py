@@ -52,13 +52,10 @@ def _aligned(n: int) -> int:
 
 
 class _Pickler(pickle.Pickler):
-    """Pickle protocol 5 that sends plain CPU tensors as their raw bytes, dtype and shape.
-
-    ``buffers`` receives pickle's own out-of-band buffers (numpy arrays, ``PickleBuffer``),
-    ``tensors`` the tensors' bytes; a tensor met twice is sent once and comes back as one
-    object, as pickle's memo does for everything else. Without the two lists, everything
-    stays in the stream (the tensors' bytes inside their persistent ids).
-    """
+    """Pickle protocol 5 that sends plain CPU tensors as their raw bytes, dtype and shape, out
+    of band into ``tensors`` (a tensor met twice goes once, as pickle's memo does for other
+    objects), pickle's own out-of-band buffers into ``buffers``; without the two lists, all
+    stays in the stream (the tensors' bytes inside their persistent ids)."""
 
     def __init__(
         self,

@@ -109,28 +109,29 @@ def gather(
     table = None if same_shape else shape_rows.exchange(model, [mine], resolved)
     if mine[0] == shape_rows.BAD:
         raise TypeError(shape_rows.why_bad(x, "gather's tensor"))
-    if table is None and x.dtype not in model.uncarried_dtypes:  # nothing to trim
+    if table is None:  # one shape everywhere: nothing to trim
         work = model.to_placement(x)
-        parts = model._do_gather(work, dst, resolved)
-        if resolved is None and work is x:  # went as it was: see gather_known
-            model.fast_gather.remember(x)
+        parts = _do_gather(model, work, dst, resolved)
+        if resolved is None and work is x and x.dtype not in model.uncarried_dtypes:
+            model.fast_gather.remember(x)  # went as it was: see gather_known
         if not is_dst or parts is None:
             return []
         return parts if parts[0].device == x.device else [p.to(x.device) for p in parts]
-    if table is None:
-        dtype, shapes = x.dtype, [tuple(x.shape)] * model._group_size(resolved)
-    else:
-        dtype, shapes = shape_rows.decode(table)  # any number of dims on each rank
+    shapes = shape_rows.decode(table)[1]  # any number of dims on each rank
     length = _longest(shapes)
-    work = model.to_placement(_flat_padded(x, length))
-    if dtype in model.uncarried_dtypes:
-        parts = model._do_gather(byte_view.as_bytes(work), dst, resolved)
-        parts = [byte_view.from_bytes(p, dtype, (length,)) for p in parts] if parts else parts
-    else:
-        parts = model._do_gather(work, dst, resolved)
+    parts = _do_gather(model, model.to_placement(_flat_padded(x, length)), dst, resolved)
     if not is_dst or parts is None:
         return []
     return [_cut(p, s).to(x.device) for p, s in zip(parts, shapes, strict=True)]
+
+
+def _do_gather(model: ModelContract, work: torch.Tensor, dst: int, group: Any) -> list[Any] | None:
+    """The backend's gather of placed ``work``, as bytes where it lacks ``work``'s dtype."""
+    if work.dtype not in model.uncarried_dtypes:
+        return model._do_gather(work, dst, group)
+    parts = model._do_gather(byte_view.as_bytes(work), dst, group)
+    shape = tuple(work.shape)
+    return None if parts is None else [byte_view.from_bytes(p, work.dtype, shape) for p in parts]
 
 
 def all_gather_with_shapes(

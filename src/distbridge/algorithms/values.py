@@ -183,9 +183,7 @@ def _gather_bytes(
 ) -> list[bytes]:
     """All-gather byte strings whose lengths ``sizes`` every rank already knows."""
     longest = max(sizes)
-    padded = torch.zeros(longest, dtype=torch.uint8)
-    if payload:
-        padded[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    padded = torch.frombuffer(bytearray(payload.ljust(longest, b"\0")), dtype=torch.uint8)
     gathered = model._do_all_gather(padded.to(model._collective_device()), group)
     rows = gathered.cpu().numpy().reshape(len(sizes), longest)
-    return [bytes(rows[i, :n].tobytes()) for i, n in enumerate(sizes)]
+    return [rows[i, :n].tobytes() for i, n in enumerate(sizes)]
