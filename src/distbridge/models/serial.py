@@ -161,8 +161,8 @@ class SerialModel(ComputationModel):
 
     # Every primitive first refuses under a launcher of several ranks: the arguments are
     # validated by the base class before, so a bad call fails as it would on any model.
-    # Scatter, reduce-scatter, all-to-all and the in-place all-gather keep the base class's
-    # emulations, which run over these primitives and refuse with them.
+    # Reduce, gather, scatter, reduce-scatter, all-to-all and the in-place all-gather keep
+    # the base class's defaults, which run over these primitives and refuse with them.
 
     def _refuse_if_launched(self) -> None:
         if self._refusal is not None:
@@ -190,16 +190,6 @@ class SerialModel(ComputationModel):
     @override
     def _do_barrier(self, group: Any) -> None:
         self._refuse_if_launched()
-
-    @override
-    def _do_reduce(self, tensor: torch.Tensor, dst: int, op: str, group: Any) -> torch.Tensor:
-        self._refuse_if_launched()
-        return tensor
-
-    @override
-    def _do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:
-        self._refuse_if_launched()
-        return [tensor.clone()]
 
     @override
     def _make_group(self, ranks: tuple[int, ...], **kwargs: Any) -> Any:
