@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from distbridge.algorithms import codec
 from distbridge.errors import CollectiveMismatch
+from distbridge.reliability.fail_together import check_peers
 from distbridge.reliability.fingerprint import Fingerprint, call_site, describe
 from distbridge.reliability.hang.ledger import positive_env
-from distbridge.reliability.timed_barrier import check_peers, group_tag
+from distbridge.reliability.timed_barrier import group_tag
 
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract

@@ -1,30 +1,21 @@
 """Fail together: when a rank fails, its peers raise `PeerFailed` instead of hanging.
 
-A rank that fails leaves a note, ``"<rank>\\n<one-line summary>"``, under one key of the
-store every rank of the job shares (native: the root of the default process group's store,
-the ``spawn`` parent's or torchrun's agent store, or rank 0's; Horovod: the coordination
-store rank 0 hosts from ``initialize`` on); the first note wins. The notes are written
-
-- by ``spawn``'s worker when the user's function raises (and by ``finalize`` when it runs
-  while an exception propagates, as in ``with Parallel(...)``);
-- under a launcher, by the ``sys.excepthook`` that ``initialize`` installs
-  (`distbridge.reliability.failure_hook`);
-- by ``spawn``'s parent for a worker that died without a word (SIGKILL, ``os._exit``).
+A failing rank leaves a note, ``"<rank>\\n<one-line summary>"``, under one key of the store
+the whole job shares (`job_root`: the native default group's root store, which is the
+``spawn`` parent's, torchrun's agent's or rank 0's; Horovod: the coordination store rank 0
+hosts); the first note wins. ``spawn``'s worker writes it when the user's function raises
+(and ``finalize``, run while an exception propagates), the ``sys.excepthook`` of
+`failure_hook` under a launcher, and ``spawn``'s parent for a worker that died silently.
 
 Right after its note, a failing rank aborts its communicator (gloo: cuts its connections,
-see `Connections`; NCCL: aborts its process groups; Horovod: shuts its engine down, which
-stops the engine of every rank), so its peers' collectives fail at once even while its
-process lingers (a non-daemon thread, a hung ``atexit``). A rank that leaves the job
-normally (``finalize``) marks itself as gone instead. When a primitive then fails on another
-rank (gloo: "Connection closed by peer"; Horovod: "Horovod has been shut down"), the model's
-public collective asks `peer_failure`, which reads the note (the copy the rank's failure
-watcher keeps, else the store) and gives the `PeerFailed` to raise, naming the failed rank,
-or the rank that left while this one still waited for it, and aborts this rank's
-communicator in turn, so the ranks that wait for it fail too. A lost connection that no note
-explains (a peer killed where no ``spawn`` parent writes its note: Horovod's engine then
-shuts down on every rank) keeps the backend's error type, with the hang verdict added, which
-names the rank that did not answer. While nothing fails, the collectives pay one ``try``;
-the watcher (`failure_watch`) sends nothing.
+`Connections`; NCCL: aborts its process groups; Horovod: shuts its engine down), so its
+peers' collectives fail at once even while its process lingers. A rank that leaves normally
+(``finalize``) marks itself as gone instead. When a primitive then fails on another rank
+(gloo: "Connection closed by peer"), the model's collective asks `peer_failure`, which reads
+the note (the failure watcher's copy, else the store), gives the `PeerFailed` naming the
+failed rank (or the rank that left while this one waited for it), and aborts this rank's
+communicator in turn. A lost connection that no note explains keeps the backend's error
+type, with the hang verdict added. While nothing fails, the collectives pay one ``try``.
 """
 
 from __future__ import annotations
@@ -48,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "abort_communicator",
+    "check_peers",
     "default_store_or_none",
     "failure_key",
     "job_root",
@@ -83,11 +75,6 @@ _LEFT_KEY = "distbridge/left/{rank}"
 Teardown = Callable[[], object]
 
 
-def _timed_out(err: BaseException) -> bool:
-    text = str(err).lower()
-    return "timed out" in text or "timeout" in text
-
-
 def _lost_peer(err: BaseException) -> bool:
     text = str(err).lower()
     return any(marker in text for marker in _CONNECTION_LOST)
@@ -109,8 +96,9 @@ def _explained(op: str, err: RuntimeError, owner: ModelContract, failure: PeerFa
     engine shuts down on every rank when one is killed) or a mismatch the engine found
     without naming the rank (Horovod's "Mismatched ALLREDUCE tensor shapes"), ``err``'s type
     with the verdict; else None."""
-    timed_out = _timed_out(err)
-    mismatched = failure is None and not timed_out and _MISMATCHED in str(err).lower()
+    said = str(err).lower()
+    timed_out = "timed out" in said or "timeout" in said
+    mismatched = failure is None and not timed_out and _MISMATCHED in said
     lost = failure is None and not timed_out and (_lost_peer(err) or mismatched)
     if failure is None and not timed_out and not lost:
         return None
@@ -260,50 +248,52 @@ def leave(
         return
 
 
-def _who_left(store: Any, me: int, world_size: int) -> int | None:
-    for rank in range(world_size):
-        if rank != me and store.check([_LEFT_KEY.format(rank=rank)]):
-            return rank
-    return None
+def _stopped(note: tuple[int, str], rank: int, doing: str) -> PeerFailed:
+    """The `PeerFailed` of rank ``rank``, which stopped ``doing`` ("in all_reduce") because of
+    failure ``note``."""
+    failed, summary = note
+    return PeerFailed(
+        failed,
+        summary,
+        f"Rank {rank} stopped {doing} because of it; rank {failed}'s own error says why.",
+    )
+
+
+def check_peers(store: Any, rank: int, doing: str) -> None:
+    """`PeerFailed` when a rank of the job left a failure note: rank ``rank`` stopped ``doing``
+    ("waiting in barrier") because of it."""
+    note = read_failure(store)
+    if note is not None:
+        raise _stopped(note, rank, doing)
 
 
 def _await_note(store: Any, owner: ModelContract, wait: float) -> tuple[int, str] | None:
     """The failure note, from this rank's watcher or the store, waiting up to ``wait`` s."""
     deadline = time.monotonic() + wait
-    while True:
-        known = owner.known_failure()
-        note = known if known is not None else read_failure(store)
-        if note is not None or time.monotonic() >= deadline:
-            return note
+    while (note := owner.known_failure() or read_failure(store)) is None:
+        if time.monotonic() >= deadline:
+            return None
         time.sleep(_POLL_SECONDS)
-
-
-def _job_of(owner: ModelContract) -> tuple[Any, int, int] | None:
-    """``(store, rank, world_size)`` of the job ``owner`` runs in, or None without a store."""
-    try:
-        store = owner.failure_store()
-        me, world_size = owner.get_rank(), owner.get_world_size()
-    except Exception:
-        return None
-    return None if store is None else (store, me, world_size)
+    return note
 
 
 def _peer_failure(op: str, err: RuntimeError, owner: ModelContract) -> PeerFailed | None:
     """The `PeerFailed` that explains ``err`` raised by ``op``, or None if nothing does."""
     known = owner.known_failure()
     if known is not None:  # read by the watcher, maybe while the store still lived
-        rank, summary = known
-        detail = f"Rank {owner.get_rank()} stopped in {op} because of it"
-        return PeerFailed(rank, summary, f"{detail}; rank {rank}'s own error says why.")
-    job = _job_of(owner)
-    if job is None:
+        return _stopped(known, owner.get_rank(), f"in {op}")
+    try:
+        store = owner.failure_store()
+        me, world_size = owner.get_rank(), owner.get_world_size()
+    except Exception:
         return None
-    store, me, world_size = job
-    where = f"Rank {me} stopped in {op} because of it"
+    if store is None:
+        return None
     note = read_failure(store)
     if note is None:
+        others = [rank for rank in range(world_size) if rank != me]
         try:
-            gone = _who_left(store, me, world_size)
+            gone = next((r for r in others if store.check([_LEFT_KEY.format(rank=r)])), None)
         except Exception:
             gone = None
         if gone is not None:
@@ -313,12 +303,9 @@ def _peer_failure(op: str, err: RuntimeError, owner: ModelContract) -> PeerFaile
                 "Every rank must call the same collectives in the same order: look for a "
                 f"collective that rank {gone} skips.",
             )
-        if any(marker in str(err).lower() for marker in _CONNECTION_LOST):
+        if _lost_peer(err):
             note = _await_note(store, owner, NOTE_WAIT_SECONDS)
-    if note is None:
-        return None
-    rank, summary = note
-    return PeerFailed(rank, summary, f"{where}; rank {rank}'s own error says why.")
+    return None if note is None else _stopped(note, me, f"in {op}")
 
 
 def peer_failure(op: str, err: BaseException, owner: ModelContract) -> BaseException | None:

@@ -1,22 +1,19 @@
 """Barriers with a timeout, through the coordination store: who is missing, by rank and name.
 
-Each member of a group counts its timed barriers on that group, so every member agrees on
-the sequence number ``seq`` of the barrier it is in. Under ``barrier/<group>/<seq>/`` a
-member sets its own key ``r<rank>`` and adds one to ``n``; the member that brings ``n`` to
-the group size sets ``done`` and deletes the keys of ``seq - 1`` (every member has left
-that one, since all have arrived here), so at most two barriers' keys exist per group. The
-others wait for ``done`` (in the store's own wait for a second, then polling every 0.25 s):
-when it takes longer than a few seconds they log which ranks are missing, at growing
-intervals, and past the timeout they raise `BarrierTimeout`. While polling they also look for
-the failure note a failed rank leaves (``fail_together``) and raise `PeerFailed` naming it.
+Each member counts its timed barriers per group, so all agree on the number ``seq`` of the
+one they are in. Under ``barrier/<group>/<seq>/`` a member sets ``r<rank>`` and adds one to
+``n``; the one that brings ``n`` to the group's size sets ``done`` and deletes the keys of
+``seq - 1`` (which every member has left), so at most two barriers' keys exist per group.
+The others wait for ``done`` (the store's own wait for a second, then polling every 0.25 s),
+log the missing ranks at growing intervals after a few seconds, raise `BarrierTimeout` past
+the timeout, and `PeerFailed` when a failed rank left its note (``fail_together``). A member
+that will never arrive (``one_rank_first``'s rank, when its block raised) can ``abort`` the
+barrier instead: ``done`` then holds its message, which the waiting members raise as
+``DistributedError``.
 
-A member that will never arrive (``one_rank_first``'s chosen rank, when its block raised)
-can ``abort`` the barrier instead: ``done`` then holds its message, and the waiting members
-raise ``DistributedError`` with it.
-
-A model's ``StoreBarrier``, and the stack watcher beside it, are made by
-``make_timed_barriers(model)`` when the model first needs them (``model.timed_barriers()``);
-``abort_barrier`` and ``dump_all_stacks`` act through them.
+``make_timed_barriers(model)`` makes a model's ``StoreBarrier`` and the stack watcher beside
+it on first use (``model.timed_barriers()``); ``abort_barrier`` and ``dump_all_stacks`` act
+through them.
 """
 
 from __future__ import annotations
@@ -33,8 +30,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from distbridge.algorithms.groups import GroupCache
-from distbridge.errors import BarrierTimeout, DistributedError, PeerFailed
-from distbridge.reliability.fail_together import ANSWER_WAIT_SECONDS, read_failure
+from distbridge.errors import BarrierTimeout, DistributedError
+from distbridge.reliability.fail_together import ANSWER_WAIT_SECONDS, check_peers
 from distbridge.reliability.hang.stacks import StackWatcher, dump, while_current
 
 if TYPE_CHECKING:
@@ -47,7 +44,6 @@ __all__ = [
     "abort_barrier",
     "check_barrier_options",
     "check_name",
-    "check_peers",
     "check_timeout",
     "dump_all_stacks",
     "group_tag",
@@ -150,17 +146,9 @@ def group_tag(members: tuple[int, ...]) -> str:
     return f"{len(members)}x{digest[:12]}"
 
 
-def check_peers(store: Any, rank: int, doing: str) -> None:
-    """`PeerFailed` when a rank of the job left a failure note (see ``fail_together``): rank
-    ``rank`` stopped ``doing`` ("in all_reduce") because of it."""
-    note = read_failure(store)
-    if note is not None:
-        failed, summary = note
-        raise PeerFailed(
-            failed,
-            summary,
-            f"Rank {rank} stopped {doing} because of it; rank {failed}'s own error says why.",
-        )
+def _key(members: tuple[int, ...], seq: int) -> str:
+    """The store keys' prefix of barrier ``seq`` of the group ``members``."""
+    return f"barrier/{group_tag(members)}/{seq}"
 
 
 def _describe(name: str | None) -> str:
@@ -245,7 +233,9 @@ class StoreBarrier:
         store.set(f"{key}/r{self._rank}", b"1")
         if int(store.add(f"{key}/n", 1)) == len(members):
             store.set(f"{key}/done", _OK)
-            self._forget(members, key.rsplit("/", 1)[0], self._calls[members] - 2)
+            if self._calls[members] >= 2:  # every member has left the one before
+                for leaf in ("n", "done", *(f"r{m}" for m in members)):
+                    store.delete_key(f"{_key(members, self._calls[members] - 2)}/{leaf}")
             return
         status = self._wait_done(key, members, timeout, name)
         if status != _OK:
@@ -259,15 +249,7 @@ class StoreBarrier:
     def _next_key(self, members: tuple[int, ...]) -> str:
         seq = self._calls.get(members, 0)
         self._calls[members] = seq + 1
-        return f"barrier/{group_tag(members)}/{seq}"
-
-    def _forget(self, members: tuple[int, ...], group_key: str, seq: int) -> None:
-        """Delete the keys of barrier ``seq`` of the group (every member has left it)."""
-        if seq < 0:
-            return
-        prefix = f"{group_key}/{seq}"
-        for leaf in ("n", "done", *(f"r{m}" for m in members)):
-            self._store.delete_key(f"{prefix}/{leaf}")
+        return _key(members, seq)
 
     def _unreachable(self, err: RuntimeError, name: str | None) -> DistributedError:
         return DistributedError(
