@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from distbridge.reliability.fail_together import job_root, read_failure
 from distbridge.reliability.hang.engine_trace import EngineTrace
+from distbridge.reliability.hang.job_cards import read_json
 from distbridge.reliability.hang.ledger import CollectiveLedger
 from distbridge.reliability.hang.report import (
     DIR_ENV_VAR,
@@ -51,14 +52,8 @@ def _published(store: Any, rank: int) -> dict[str, Any] | None:
 def _dumped(rank: int) -> dict[str, Any] | None:
     """The report ``rank`` last wrote to the dump directory (``DISTBRIDGE_HANG_DIR``), if any."""
     directory = os.environ.get(DIR_ENV_VAR)
-    if not directory:
-        return None
-    with contextlib.suppress(OSError, ValueError):
-        with open(os.path.join(directory, f"rank{rank}.json"), encoding="utf-8") as data:
-            loaded = json.load(data)
-        if isinstance(loaded, dict) and loaded.get("rank") == rank:
-            return loaded
-    return None
+    loaded = read_json(os.path.join(directory, f"rank{rank}.json")) if directory else None
+    return loaded if loaded is not None and loaded.get("rank") == rank else None
 
 
 def _gather_answers(

@@ -16,7 +16,8 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +28,10 @@ __all__ = [
     "descends_from",
     "find_card",
     "prune_cards",
+    "read_json",
     "remove_cards",
     "write_card",
+    "write_json",
 ]
 
 _ANCESTOR_HOPS = 6  # spawn's parent -> warm starter -> worker, torchrun's agent -> worker, ...
@@ -75,14 +78,26 @@ def _started(pid: int) -> str | None:
     return None if fields is None else fields[19]
 
 
-def _load(folder: str, pid: int) -> dict[str, Any] | None:
-    """The card of ``pid`` as written (JSON); None when it cannot be read."""
+def read_json(path: str) -> dict[str, Any] | None:
+    """The JSON object in file ``path``; None when it cannot be read or is not an object."""
     try:
-        with open(os.path.join(folder, f"{pid}.json"), encoding="utf-8") as data:
+        with open(path, encoding="utf-8") as data:
             loaded = json.load(data)
     except (OSError, ValueError):
         return None
     return loaded if isinstance(loaded, dict) else None
+
+
+def write_json(path: str, data: Mapping[str, Any]) -> None:
+    """Write ``data`` to ``path`` as JSON, replaced whole (a reader never sees half a file)."""
+    temporary = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(temporary, "w", encoding="utf-8") as out:
+        json.dump(data, out)
+    os.replace(temporary, path)
+
+
+def _card(folder: str, pid: int) -> str:
+    return os.path.join(folder, f"{pid}.json")
 
 
 def _pids(folder: str) -> list[int]:
@@ -97,7 +112,7 @@ def _stale(folder: str, pid: int) -> bool:
     """Whether the card of ``pid`` belongs to no live process (gone, or the pid reused)."""
     if not alive(pid):
         return True
-    started = (_load(folder, pid) or {}).get("started")  # unreadable: left to its writer
+    started = (read_json(_card(folder, pid)) or {}).get("started")  # unreadable: left to its writer
     now = _started(pid)
     return started is not None and now is not None and str(started) != now
 
@@ -107,14 +122,14 @@ def prune_cards() -> None:
     folder = card_dir()
     for pid in _pids(folder):
         if _stale(folder, pid):
-            _remove(os.path.join(folder, f"{pid}.json"))
+            _remove(_card(folder, pid))
 
 
 def remove_cards(pids: Iterable[int]) -> None:
     """Remove the cards of processes ``pids`` (a job's workers, once they ended)."""
     folder = card_dir()
     for pid in pids:
-        _remove(os.path.join(folder, f"{pid}.json"))
+        _remove(_card(folder, pid))
 
 
 def _store_address(store: Any) -> str | None:
@@ -143,13 +158,9 @@ def write_card(store: Any, rank: int, world_size: int) -> str | None:
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
         prune_cards()
-        pid = os.getpid()
-        path = os.path.join(folder, f"{pid}.json")
-        temporary = f"{path}.tmp"
+        path = _card(folder, os.getpid())
         card = {"rank": rank, "world_size": world_size, "store": address}
-        with open(temporary, "w", encoding="utf-8") as out:
-            json.dump({**card, "started": _started(pid)}, out)
-        os.replace(temporary, path)
+        write_json(path, {**card, "started": _started(os.getpid())})
     except OSError:  # a read-only or full temporary folder: no card, nothing else lost
         return None
     atexit.register(_remove, path)
@@ -157,24 +168,19 @@ def write_card(store: Any, rank: int, world_size: int) -> str | None:
 
 
 def _read(folder: str, pid: int) -> JobCard | None:
-    card = _load(folder, pid) or {}
+    card = read_json(_card(folder, pid)) or {}
     try:
         return JobCard(pid, int(card["rank"]), int(card["world_size"]), str(card["store"]))
     except (KeyError, TypeError, ValueError):
         return None
 
 
-def _parent(pid: int) -> int | None:
-    """The parent of ``pid`` (Linux ``/proc``); None where it cannot be read."""
-    fields = _stat(pid)
-    return None if fields is None else int(fields[1])
-
-
 def descends_from(pid: int, ancestor: int) -> bool:
     """Whether process ``pid`` is below ``ancestor`` (a few generations at most; Linux)."""
     for _ in range(_ANCESTOR_HOPS):
-        parent = _parent(pid)
-        if parent is None or parent <= 1:
+        fields = _stat(pid)
+        parent = 0 if fields is None else int(fields[1])
+        if parent <= 1:
             return False
         if parent == ancestor:
             return True

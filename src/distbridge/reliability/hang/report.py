@@ -24,10 +24,12 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from distbridge._frames import inside, outside, site
 from distbridge.reliability.fail_together import job_root
 from distbridge.reliability.hang.engine_trace import EngineTrace, engine_part, engine_records
-from distbridge.reliability.hang.job_cards import write_card
+from distbridge.reliability.hang.job_cards import write_card, write_json
 from distbridge.reliability.hang.ledger import CollectiveLedger, Record
 from distbridge.reliability.hang.stacks import (
     StoreThread,
@@ -70,12 +72,6 @@ SHOWN = 8
 ENGINE_REFRESH_SECONDS = 30.0
 
 
-def _torch_dir() -> str:
-    import torch
-
-    return os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-
-
 def ledger_key(rank: int) -> str:
     """The key of the ledger ``rank`` last published."""
     return f"{PREFIX}/ledger/{rank}"
@@ -96,7 +92,7 @@ def where_now() -> tuple[str | None, str]:
     if frame is None:
         return None, ""
     stack = "".join(traceback.format_stack(frame))
-    skipped = (_torch_dir(), "<frozen")
+    skipped = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, "<frozen")
     found = outside(frame, skipped)
     name = found.f_code.co_filename
     if inside(name) or name.startswith(skipped):  # distbridge's or torch's all the way out
@@ -242,10 +238,7 @@ def write_report(directory: str, rank: int, data: Mapping[str, Any]) -> str:
     """Write ``<directory>/rank<rank>.json``, replaced whole (a reader never sees half a
     file); returns its path."""
     path = os.path.join(directory, f"rank{rank}.json")
-    temporary = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    with open(temporary, "w", encoding="utf-8") as out:
-        json.dump(data, out)
-    os.replace(temporary, path)
+    write_json(path, data)
     return path
 
 

@@ -1,26 +1,25 @@
 """The hang verdict on a signal: SIGTERM while a collective hangs, and SIGUSR2 on demand.
 
-`watch_signals` (``initialize``, in the main thread of a job of two ranks or more) installs
-them and `unwatch_signals` (``finalize``) removes them:
+`watch_signals` (``initialize``, in the main thread, two ranks or more) installs them and
+`unwatch_signals` (``finalize``) removes them:
 
-- **SIGTERM** (a launcher stopping the job), for a model that fails together (it can ask its
-  peers), only where SIGTERM has its default action: when this rank's last collective of a
-  group has not returned, or raised, it writes the hang verdict to stderr, then ends.
+- **SIGTERM** (a launcher stopping the job), for a model that fails together, only where
+  SIGTERM has its default action: when this rank's last collective of a group has not
+  returned, or raised, it writes the hang verdict to stderr, then ends.
 - **SIGUSR2**: this rank writes its report to ``<dir>/rank<r>.json`` (``DISTBRIDGE_HANG_DIR``,
-  else `report_dir` of the process that started the ranks), says so on stderr, and goes on.
-  A Python handler already there is called after it; an ignored SIGUSR2 stays ignored. Not
-  SIGUSR1: the warm worlds register faulthandler's stack dump on it in C, unseen from Python.
+  else `report_dir` of its parent), says so on stderr, and goes on. A Python handler already
+  there is called after it; an ignored SIGUSR2 stays ignored. Not SIGUSR1: the warm worlds
+  register faulthandler's stack dump on it in C, unseen from Python.
 
-The processes distbridge starts answer SIGUSR2 from their start to their end
-(`answer_report_signal`); there `watch_signals` only points it at the model they join
-(`report_on_signal`) and installs no SIGTERM handler (their launcher stops them itself).
+The processes distbridge starts answer SIGUSR2 all their life (`answer_report_signal`);
+there `watch_signals` only points it at the model they join (`report_on_signal`) and
+installs no SIGTERM handler (their launcher stops them itself).
 
-A hung collective holds the main thread in a C call, where Python runs no handler, so the
-C handler's wake-up byte (`signal.set_wakeup_fd`) wakes a thread of this module, which does
-the work; a SIGTERM handled there ends the process with ``os._exit(143)`` (outside a
-collective the main thread's handler gets a second first, and ends it by the signal).
-Where the wake-up descriptor is taken (an asyncio loop), only the main thread's handler
-answers, once the collective returns.
+A hung collective holds the main thread in C, where Python runs no handler, so the C
+handler's wake-up byte (`signal.set_wakeup_fd`) wakes a thread of this module, which does
+the work and ends a SIGTERM with ``os._exit(143)`` (outside a collective the main thread's
+handler gets a second first, and ends it by the signal). Where an asyncio loop holds the
+wake-up descriptor, only the main thread's handler answers, once the collective returns.
 """
 
 from __future__ import annotations

@@ -54,12 +54,11 @@ class RankReport:
         where: where its main thread is now (``"train.py:5 in stuck_here"``), if it said.
         answered: False when the rank did not answer: ``records`` are what it last published.
         note: why it did not answer, when known (``"its process was killed by SIGKILL"``).
-        asked: False when nobody asked it (``records`` were read as it last published them,
-            e.g. by ``spawn``'s parent): then not answering is no finding.
+        asked: False when nobody asked it (``spawn``'s parent read what it last published):
+            then not answering is no finding.
         engine: the tail of its engine's own record (torch's flight recorder), if it has one.
-        died_in: where its main thread was when its process died, from its fault dump: the
-            user's line that called distbridge and the names of the functions of distbridge
-            it was in (``("train.py:9 in main", ("all_reduce", ...))``), if known.
+        died_in: from its fault dump, where its process died in distbridge, if known
+            (`stacks.died_in`: ``("train.py:9 in main", ("all_reduce", ...))``).
     """
 
     rank: int
