@@ -45,17 +45,10 @@ def prefixed(store: Any) -> Any:
 
 
 def reachable_address(nnodes: int, toward: str | None) -> str:
-    """An address of this host that the other ranks can connect to.
-
-    Args:
-        nnodes: machines in the job; with one, the loopback address serves.
-        toward: a host the other machines also reach (e.g. the launcher's rendezvous
-            server): this host's address on the route to it is the one to publish.
-
-    Returns:
-        "127.0.0.1" for one machine, else the local address routed toward ``toward``,
-        else this host's fully qualified name.
-    """
+    """An address of this host that the other ranks can connect to: "127.0.0.1" when the
+    job has one machine (``nnodes``), else this host's address on the route to ``toward`` (a
+    host the other machines also reach, e.g. the launcher's rendezvous server), else its
+    fully qualified name."""
     if nnodes <= 1:
         return "127.0.0.1"
     if toward:
@@ -96,15 +89,10 @@ def host_store(
 ) -> Any:
     """A store hosted by rank 0 on a free port, reached by every other rank; prefixed.
 
-    Every rank must call it at the same point: rank 0 starts a ``TCPStore`` server (it
-    listens on every interface) and broadcasts ``"<address>:<port>"``; the others connect.
-
-    Args:
-        rank: this process's global rank.
-        address: rank 0's address as the others reach it (see `reachable_address`); only
-            rank 0's value is used.
-        broadcast: as in `broadcast_bytes`.
-        timeout: how long connecting, and a store operation without its own limit, may take.
+    Every rank must call it at the same point: rank 0 starts a ``TCPStore`` server (on every
+    interface) and broadcasts ``"<address>:<port>"`` (``address``: rank 0's as the others
+    reach it, see `reachable_address`); the others connect. ``timeout`` limits connecting,
+    and a store operation without its own limit.
     """
     if rank == 0:
         server = TCPStore(address, 0, None, True, timeout=timeout, wait_for_workers=False)
