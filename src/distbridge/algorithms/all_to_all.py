@@ -65,20 +65,15 @@ def all_to_all(
         received = shapes[me::size]
     placed = [model.to_placement(t) for t in tensors]
     data = _joined(placed, _end_to_end(placed))
-    in_splits = [math.prod(s) for s in sent]
-    out_splits = [math.prod(s) for s in received]
-    if dtype in model.uncarried_dtypes:
-        width = data.element_size()
-        raw = model._do_all_to_all(
-            byte_view.as_bytes(data),
-            [n * width for n in in_splits],
-            [n * width for n in out_splits],
-            resolved,
-        )
-        out = byte_view.from_bytes(raw, dtype, (raw.numel() // dtype.itemsize,))
-    else:
-        out = model._do_all_to_all(data, in_splits, out_splits, resolved)
-    pieces = torch.split(out, out_splits)
+    raw = dtype in model.uncarried_dtypes  # then it goes as its bytes: the splits count bytes
+    width = dtype.itemsize if raw else 1
+    in_splits = [math.prod(s) * width for s in sent]
+    out_splits = [math.prod(s) * width for s in received]
+    sendable = byte_view.as_bytes(data) if raw else data
+    out = model._do_all_to_all(sendable, in_splits, out_splits, resolved)
+    pieces = list(torch.split(out, out_splits))
+    if raw:
+        pieces = [byte_view.from_bytes(p, dtype, s) for p, s in zip(pieces, received, strict=True)]
     return [p.reshape(s).to(t.device) for p, s, t in zip(pieces, received, tensors, strict=True)]
 
 

@@ -33,8 +33,7 @@ _TEXT_KINDS = (codec.KIND_STR, codec.KIND_PATH)
 def _header(model: ModelContract, kind: int, a: int = 0, b: int = 0, inline: bytes = b"") -> Any:
     words = np.zeros(_WORDS, dtype="<i8")
     words[:3] = (kind, a, b)
-    if inline:
-        words[3:].view(np.uint8)[: len(inline)] = np.frombuffer(inline, dtype=np.uint8)
+    words[3:].view(np.uint8)[: len(inline)] = np.frombuffer(inline, dtype=np.uint8)
     return torch.from_numpy(words).to(model._collective_device())
 
 
@@ -65,10 +64,7 @@ def _encode(value: Any, objects: bool) -> tuple[int, int, int, bytes]:
 
 def broadcast_value(model: ModelContract, value: Any, src: int, group: Any) -> Any:
     """Broadcast a non-tensor value, or a tensor in safe mode; ``value`` is None off ``src``.
-
-    If the source cannot encode its value it still sends a header (kind 0), so every rank
-    raises instead of the others waiting forever.
-    """
+    A source that cannot encode its value still sends a header (kind 0): every rank raises."""
     is_src = value is not None
     failure: Exception | None = None
     kind, a, b, payload = _SEND_FAILED, 0, 0, b""
@@ -116,7 +112,7 @@ def broadcast_value(model: ModelContract, value: Any, src: int, group: Any) -> A
 def broadcast_failure(model: ModelContract, error: Exception, src: int, group: Any) -> None:
     """Tell the other ranks of a broadcast that the source ``src`` cannot send (it is about to
     raise ``error``): they raise the same exception type instead of waiting for data."""
-    model._do_broadcast(_header(model, _SEND_FAILED, _failure_code(error), 0, b""), src, group)
+    model._do_broadcast(_header(model, _SEND_FAILED, _failure_code(error)), src, group)
 
 
 def _category(kind: int) -> str:
