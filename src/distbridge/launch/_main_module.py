@@ -28,11 +28,6 @@ REIMPORT_PROBLEM = (
     'start_method="fork" where forking is safe'
 )
 
-_FORK_ADVICE = (
-    'or pass start_method="fork" where forking is safe (no CUDA and no threads started '
-    "before spawn)"
-)
-
 
 def _main_kind() -> str:
     """How the main script runs: "module" (``python -m``: workers import it by name),
@@ -72,15 +67,15 @@ def check_main_module(start_method: str) -> None:
               file=sys.stderr, flush=True)  # fmt: skip
         os._exit(REIMPORT_EXIT_CODE)
     kind = "file" if start_method == "fork" else _main_kind()
-    if kind == "stdin":
-        raise DistributedError(
-            f"The main script was read from standard input, which workers started with "
-            f"start_method={start_method!r} cannot read again to re-import it: save the code "
-            f"to a file and run `python file.py`, {_FORK_ADVICE}."
+    if kind in ("stdin", "missing"):
+        main = (
+            "was read from standard input, which"
+            if kind == "stdin"
+            else f"{sys.modules['__main__'].__file__!r} is not a file, so"
         )
-    if kind == "missing":
         raise DistributedError(
-            f"The main script {sys.modules['__main__'].__file__!r} is not a file, so workers "
-            f"started with start_method={start_method!r} cannot re-import it: save the code to "
-            f"a file and run `python file.py`, {_FORK_ADVICE}."
+            f"The main script {main} workers started with start_method={start_method!r} cannot "
+            "read again to re-import it: save the code to a file and run `python file.py`, or "
+            'pass start_method="fork" where forking is safe (no CUDA and no threads started '
+            "before spawn)."
         )

@@ -73,7 +73,8 @@ def failure(
     """The error naming the first worker that failed by itself (not by `PeerFailed`), with
     the hang ``verdict`` from the workers' ledgers when there is one."""
     first = next((w for w in failed if not w.report or w.report[2] != "PeerFailed"), failed[0])
-    reports = {w.rank: _outcome(w) for w in workers if w is not first and _has_ended(w)}
+    ended = [w for w in workers if w.report is not None or w.process.exitcode is not None]
+    reports = {w.rank: _outcome(w) for w in ended if w is not first}
     own = first.report is not None and first.report[2] == "CollectiveTimeout"  # a better one
     ledgers = "" if own or not verdict else f"\n\nFrom the ranks' collective ledgers:\n{verdict}"
     # the rank at fault: as the first worker's error names it, else (it died without a word)
@@ -174,10 +175,6 @@ def sentence(text: str) -> str:
     """``text`` ended with a full stop, unless it already ends with one (or "!", "?"): a
     message that ends with ``[1.0, 2.0].`` must not read ``[1.0, 2.0]..``."""
     return text if text.rstrip().endswith((".", "!", "?")) else f"{text}."
-
-
-def _has_ended(worker: Worker) -> bool:
-    return worker.report is not None or worker.process.exitcode is not None
 
 
 def _outcome(worker: Worker) -> str:

@@ -84,17 +84,13 @@ def spawn_native(
     """Run ``fn(local_rank, *args, **kwargs_dict)`` in ``nproc_per_node`` workers of a job of
     ``nnodes`` machines; return this machine's results in local-rank order.
 
-    Each worker joins the job as ``make_model(backend, ...)`` and runs ``fn``
-    inside ``activate(model)`` (the facade passes what makes the model the active one; it
-    must pickle by reference). ``gpu_problem(nproc)``, when given, says why this machine
-    cannot run the workers (NCCL with too few GPUs), before anything starts.
-
-    ``start_method`` "forkserver" forks the workers from the warm starter (see
-    `distbridge.launch.warm_start`). A function defined in a notebook, an IPython shell or
-    ``python -c`` travels by value (see `distbridge.launch.pickling`).
-
-    ``tag_output`` and ``output_ranks`` say how the workers' output reaches the parent's
-    (see `distbridge.launch._output`)."""
+    Each worker joins as ``make_model(backend, ...)`` and runs ``fn`` inside
+    ``activate(model)`` (see `distbridge.launch._joinable`). ``gpu_problem(nproc)``, when
+    given, says why this machine cannot run the workers (NCCL with too few GPUs), before
+    anything starts. "forkserver" forks the workers from the warm starter (`warm_start`); a
+    function defined in a notebook, IPython or ``python -c`` travels by value (`pickling`).
+    ``tag_output`` and ``output_ranks``: how the workers' output reaches the parent's
+    (`_output`)."""
     nproc = positive_int("nproc_per_node", nproc_per_node)
     nnodes = positive_int("nnodes", nnodes)
     if not isinstance(node_rank, int) or not 0 <= node_rank < nnodes:

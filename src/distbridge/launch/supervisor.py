@@ -2,16 +2,12 @@
 
 ``run_workers`` is the engine under ``spawn``. Every worker runs in its own process group,
 so stopping a worker also stops whatever it started. The parent waits on the result pipes,
-the process sentinels and a self-pipe written by its SIGINT/SIGTERM handlers. After the
-first failure the other workers get ``peer_window`` seconds to report on their own (e.g.
-`PeerFailed`, so the error can say what they saw); then the failure, the job timeout or a
+the process sentinels and a self-pipe written by its SIGINT/SIGTERM handlers. A failure
+(once the others had ``peer_window`` to report, e.g. `PeerFailed`), the job timeout or a
 signal stops everything: SIGTERM to each group, ``grace_seconds`` to exit, then SIGKILL.
-A worker that has sent its report exits within ``grace_seconds`` by itself even if its
-``atexit`` handlers or a destructor hang (faulthandler prints its stacks and ends it).
 
-Each child sends one report over its own one-way pipe, pickled with plain ``pickle`` (so
-tensors travel by value and nothing depends on the child staying alive): ``("ok", value)``
-or ``("error", traceback, exception_type_name, message)``.
+Each child sends one report (`_worker_reports.Report`) over its own one-way pipe, pickled
+with plain ``pickle``: tensors travel by value, nothing depends on the child staying alive.
 """
 
 from __future__ import annotations

@@ -44,12 +44,16 @@ def log_size(path: Path) -> int:
 
 def read_log(path: Path, start: int) -> str:
     """What a rank wrote to its log from byte ``start`` on."""
+    return _read_bytes(path, start).decode("utf-8", errors="replace")
+
+
+def _read_bytes(path: Path, start: int) -> bytes:
     try:
         with path.open("rb") as log:
             log.seek(start)
-            return log.read().decode("utf-8", errors="replace")
+            return log.read()
     except OSError:
-        return ""
+        return b""
 
 
 class LogTail:
@@ -65,12 +69,7 @@ class LogTail:
     def poll(self) -> None:
         """Hand on the lines completed since the last call."""
         for rank, path in enumerate(self._logs):
-            try:
-                with path.open("rb") as log:
-                    log.seek(self._offsets[rank])
-                    data = log.read()
-            except OSError:
-                continue
+            data = _read_bytes(path, self._offsets[rank])
             self._offsets[rank] += len(data)
             *lines, self._partial[rank] = (self._partial[rank] + data).split(b"\n")
             for line in lines:

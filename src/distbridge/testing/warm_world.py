@@ -202,7 +202,8 @@ class WarmWorld:
                 tail.finish()
         result = WorldRun(task.function, self.describe(), outcomes, stopped, timeout, timed_out)
         result.path = task.path
-        result.verdict = self._verdict() if timed_out else ""
+        if timed_out and self._store is not None:  # the hang verdict from the ranks' ledgers
+            result.verdict = job_verdict(self._store, self.nproc, VERDICT_SECONDS) or ""
         result.outputs = {rank: read_log(log, offsets[rank]) for rank, log in enumerate(logs)}
         result.stacks = self._stacks(stopped)  # after the outputs: the stacks go to the logs
         ended = all((o.passed or o.skipped) and o.world_kept for o in outcomes)
@@ -259,12 +260,6 @@ class WarmWorld:
         """The ranks' processes still running, by rank."""
         running = [(r, m.process) for r, m in enumerate(self._members)]
         return {r: p.pid for r, p in running if p.pid is not None and p.exitcode is None}
-
-    def _verdict(self) -> str:
-        """The hang verdict from the ranks' collective ledgers (see `job_verdict`), or ""."""
-        if self._store is None:
-            return ""
-        return job_verdict(self._store, self.nproc, VERDICT_SECONDS) or ""
 
     def _stacks(self, ranks: list[int]) -> dict[int, str]:
         """Ask the ranks for their Python stacks (SIGUSR1) and read them from their logs."""
