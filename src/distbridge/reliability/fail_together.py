@@ -189,14 +189,11 @@ def record_failure(store: Any, rank: int, summary: str, world_size: int = 0) -> 
 
     Never raises: a rank that is failing must not fail differently because the store is gone.
     """
-    note = f"{rank}\n{summary}"
-    try:
+    with contextlib.suppress(Exception):  # the store's host is gone: the peers keep their error
         root = job_root(store)
-        root.compare_set(failure_key(), "", note)
+        root.compare_set(failure_key(), "", f"{rank}\n{summary}")
         if world_size > 0:  # one request, whatever the world size
             root.multi_set([wake_key(r) for r in range(world_size)], ["failed"] * world_size)
-    except Exception:  # the store's host is gone; the peers keep their backend error
-        return
 
 
 def read_failure(store: Any, wait: float = 0.0) -> tuple[int, str] | None:
@@ -222,19 +219,10 @@ def default_store_or_none() -> Any | None:
         return None
 
 
-def leave(
-    rank: int,
-    world_size: int = 0,
-    teardown: Teardown | None = None,
-    store: Any | None = None,
-) -> None:
-    """Tell the peers this rank leaves the job (``finalize``): as a failure when an
-    exception is propagating (other than a clean ``SystemExit``), then ``teardown()`` (abort
-    the communicator); else as a normal exit. ``store`` defaults to the default process
-    group's; without a store nothing is said."""
-    store = default_store_or_none() if store is None else store
-    if store is None:
-        return
+def leave(rank: int, world_size: int, teardown: Teardown | None, store: Any) -> None:
+    """Tell the peers through ``store`` that this rank leaves the job (``finalize``): as a
+    failure when an exception is propagating (other than a clean ``SystemExit``), then
+    ``teardown()`` (abort the communicator); else as a normal exit."""
     exc = sys.exc_info()[1]
     if exc is not None and not (isinstance(exc, SystemExit) and exc.code in (None, 0)):
         record_failure(store, rank, summarize(exc), world_size)
@@ -242,10 +230,8 @@ def leave(
             with contextlib.suppress(Exception):
                 teardown()
         return
-    try:
+    with contextlib.suppress(Exception):  # the store's host is gone: nobody to tell
         store.set(_LEFT_KEY.format(rank=rank), "1")
-    except Exception:
-        return
 
 
 def _stopped(note: tuple[int, str], rank: int, doing: str) -> PeerFailed:
