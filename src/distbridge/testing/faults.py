@@ -210,18 +210,20 @@ class WrongShape(_TensorAction):
         return tensor.new_zeros(self.shape if self.shape is not None else (tensor.numel() + 1,))
 
 
+@dataclass(eq=False)
 class Injection(Layer):
     """A fault of an `inject` block on this rank: ``calls`` seen so far, whether it ``fired``."""
 
-    def __init__(self, action: Action, op: str, call: int, active: bool) -> None:
+    action: Action
+    op: str
+    call: int
+    active: bool  # False on a rank the fault does not target
+    calls: int = 0
+    fired: bool = False
+
+    def __post_init__(self) -> None:
         super().__init__()
-        self.ops = (op,) if active else ()
-        self.action = action
-        self.op = op
-        self.call = call
-        self.active = active  # False on a rank the fault does not target
-        self.calls = 0
-        self.fired = False
+        self.ops = (self.op,) if self.active else ()
 
     def intercept(
         self, spec: OpSpec, proceed: Callable[..., Any], args: tuple[Any, ...], kwargs: Any
@@ -238,12 +240,6 @@ class Injection(Layer):
             if hasattr(error, "add_note") and note not in getattr(error, "__notes__", ()):
                 error.add_note(note)
             raise
-
-    def __repr__(self) -> str:
-        return (
-            f"Injection({self.action!r}, op={self.op!r}, call={self.call}, "
-            f"active={self.active}, calls={self.calls}, fired={self.fired})"
-        )
 
 
 def _ranks(rank: int | Collection[int] | None, world: int) -> frozenset[int] | None:
