@@ -217,8 +217,7 @@ def scatter(model: ModelContract, tensors: Any, src: int, group: Any, out: Any) 
         sent = torch.cat([_sendable(model, t.reshape(-1)) for t in tensors])
     else:
         sent = _sendable(model, out.reshape(-1))[:0]
-    in_bytes = _as_bytes(model, out.dtype)
-    n = out.numel() * (out.dtype.itemsize if in_bytes else 1)
+    n = out.numel() * (out.dtype.itemsize if _as_bytes(model, out.dtype) else 1)
     ins = [n if is_src else 0] * size
     outs = [n if j == root else 0 for j in range(size)]
     got = funcol.all_to_all_single(sent, outs, ins, _process_group(resolved))
