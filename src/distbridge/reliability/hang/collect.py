@@ -57,26 +57,21 @@ def _dumped(rank: int) -> dict[str, Any] | None:
 
 
 def _gather_answers(
-    root: Any,
-    others: list[int],
-    notes: Mapping[int, str],
-    answers: dict[int, dict[str, Any]],
-    wait: float,
+    root: Any, asked: list[int], answers: dict[int, dict[str, Any]], wait: float
 ) -> None:
-    """Ask every rank of ``others`` for its report and put the answers of up to ``wait``
-    seconds in ``answers`` (not the ranks of ``notes``: those cannot answer)."""
+    """Ask every rank of ``asked`` for its report and put the answers of up to ``wait``
+    seconds in ``answers``."""
     request = int(root.add(REQUEST_KEY, 1))
     deadline = time.monotonic() + wait
     while True:
-        for rank in others:
+        for rank in [r for r in asked if r not in answers]:
             key = answer_key(request, rank)
-            if rank not in answers and rank not in notes and root.check([key]):
+            if root.check([key]):
                 with contextlib.suppress(ValueError):
                     answers[rank] = json.loads(root.get(key))
                 with contextlib.suppress(Exception):
                     root.delete_key(key)
-        missing = [r for r in others if r not in answers and r not in notes]
-        if not missing or time.monotonic() >= deadline:
+        if all(r in answers for r in asked) or time.monotonic() >= deadline:
             return
         time.sleep(0.05)
 
@@ -119,7 +114,7 @@ def collect(
     answers: dict[int, dict[str, Any]] = {}
     if wait > 0 and others:
         with contextlib.suppress(Exception):  # the store's host left: the answers so far
-            _gather_answers(root, others, notes, answers, wait)
+            _gather_answers(root, [r for r in others if r not in notes], answers, wait)
     for rank in others:
         if rank in answers:
             reports[rank] = as_report(answers[rank], answered=True)

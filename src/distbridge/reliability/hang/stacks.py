@@ -94,9 +94,8 @@ def enable_fault_dump() -> str | None:
     directory = os.path.join(os.path.dirname(card_dir()), "faults")
     for stale in glob.glob(os.path.join(directory, "*")):
         with contextlib.suppress(OSError, ValueError):  # read a minute ago, or no more
-            if time.time() - os.path.getmtime(stale) > 60 and not alive(
-                int(os.path.basename(stale))
-            ):
+            old = time.time() - os.path.getmtime(stale) > 60
+            if old and not alive(int(os.path.basename(stale))):
                 os.remove(stale)
     path = os.path.join(directory, str(os.getpid()))
     try:
