@@ -64,9 +64,6 @@ class Connections:
     def __init__(self) -> None:
         self._inodes: set[int] = set()
 
-    def __len__(self) -> int:
-        return len(self._inodes)
-
     @contextlib.contextmanager
     def opening(
         self, store_ports: Callable[[], Collection[int]], enabled: bool = True
