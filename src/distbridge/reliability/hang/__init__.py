@@ -7,8 +7,9 @@ The pieces, in the order a hang goes through them:
   (``models/base.py``'s ``collective``) in plain Python, and read back as ``Record`` rows.
 - ``report``: a rank's report (its ledger, where its main thread is, the engine's record)
   and the ``Reporter`` thread that publishes it through the job's store; ``job_cards``: a
-  card per live job so that ``why --pid`` finds the store; ``stacks``: stack dumps, the
-  fault file of a rank killed by a signal, and the watcher that dumps on a peer's request.
+  card per live job so that ``why --pid`` finds the store (and the JSON file helpers the
+  reports use too); ``stacks``: stack dumps, the fault file of a rank killed by a signal,
+  and the watcher that dumps on a peer's request.
 - ``collect``: asking every rank for its report through the store, or reading the reports
   the ranks left in a folder (``SIGUSR2``, ``DISTBRIDGE_HANG_DIR``).
 - ``verdict``: from the reports alone (pure), who is at fault: a rank stuck outside the

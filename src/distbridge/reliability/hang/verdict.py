@@ -161,9 +161,7 @@ class _Ledgers:
         return [None, *others] if None in self.by_group else list(others)
 
     def members(self, group: Members | None) -> list[int]:
-        if group is not None:
-            return list(group)
-        return sorted(set(range(self.world_size)) | set(self.reports))
+        return list(range(self.world_size)) if group is None else list(group)
 
     def last(self, group: Members | None, rank: int) -> Record | None:
         records = self.by_group.get(group, {}).get(rank)
