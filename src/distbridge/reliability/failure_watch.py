@@ -41,13 +41,9 @@ atexit.register(_stop_all)
 
 
 class FailureWatch:
-    """Waits for a failure note of the job; then keeps it and calls ``on_failure()``.
-
-    Args:
-        store: any view of the job's store (its root is watched, through a clone).
-        rank: this process's global rank.
-        on_failure: called once, from the watcher's thread, when a note comes.
-    """
+    """Waits for a failure note of the job on ``store``'s root (through a clone), at the wake
+    key of this process's global ``rank``; then keeps it and calls ``on_failure()`` once,
+    from the watcher's thread."""
 
     def __init__(self, store: Any, rank: int, on_failure: Callable[[], object]) -> None:
         self._root = job_root(store)  # this rank's connection: wakes the watcher on ``stop``

@@ -193,15 +193,10 @@ def abort_barrier(model: ModelContract, group: Group | None, message: str) -> No
 
 
 class StoreBarrier:
-    """The timed barriers of one process: their sequence numbers, the waiting and the errors.
-
-    Args:
-        store: the coordination store every rank shares.
-        rank: this process's global rank.
-        on_timeout: called with a reason just before `BarrierTimeout` is raised (dumps
-            the stacks of this rank and asks the others for theirs).
-        explain: gives the hang verdict added to `BarrierTimeout`'s message (or None).
-    """
+    """The timed barriers of one process (global ``rank``) over the coordination ``store``:
+    their sequence numbers, the waiting and the errors. ``on_timeout(reason)`` runs just
+    before `BarrierTimeout` is raised (it dumps the stacks of this rank and asks the others
+    for theirs); ``explain()``, if given, gives the hang verdict added to its message."""
 
     def __init__(
         self,

@@ -136,16 +136,10 @@ def as_report(
 
 
 class Reporter(StoreThread):
-    """Publishes this rank's ledger and answers verdict requests (see the module).
-
-    Args:
-        store: any view of the job's store (its root is used, through a clone).
-        rank: this process's global rank.
-        ledger: the model's ledger.
-        alive: False once the model's context is gone; the thread then ends.
-        world_size: the number of ranks, published for `ask_job` (0: not published).
-        engine: the model's ``engine_trace``, where its engine keeps a record.
-    """
+    """Publishes this process's (global ``rank``) ``ledger`` through the root of ``store``
+    and answers verdict requests (see the module); a `StoreThread`. ``world_size`` is
+    published for `ask_job` (0: not); ``engine`` is the model's ``engine_trace``, where its
+    engine keeps a record."""
 
     def __init__(
         self,

@@ -170,15 +170,9 @@ def while_current(model: _Model) -> Callable[[], bool]:
 
 
 class StoreThread:
-    """A daemon thread that runs ``_tick`` every ``seconds`` on a connection of its own to
-    the store, until `stop`, until ``alive()`` is False, or until the store is gone.
-
-    Args:
-        store: the store (the thread uses a clone of it; one that cannot be cloned is shared).
-        alive: False once the model's context is gone; the thread then ends.
-        name: the thread's name.
-        seconds: the interval between ticks.
-    """
+    """A daemon thread named ``name`` that runs ``_tick`` every ``seconds`` on a connection
+    of its own to ``store`` (a clone; one that cannot be cloned is shared), until `stop`,
+    until ``alive()`` is False (the model's context is gone), or until the store is gone."""
 
     def __init__(self, store: Any, alive: Callable[[], bool], name: str, seconds: float) -> None:
         # its own connection: never queued behind this rank's calls, and keeping no server
@@ -218,13 +212,8 @@ class StoreThread:
 
 
 class StackWatcher(StoreThread):
-    """Dumps this rank's stacks whenever another rank asks through the coordination store.
-
-    Args:
-        store: the coordination store (the watcher uses a clone of it).
-        rank: this process's global rank, named in the header.
-        alive: False once the context is gone; the thread then ends.
-    """
+    """Dumps this rank's stacks (global ``rank``, named in the header) whenever another rank
+    asks through the coordination ``store``; a `StoreThread`."""
 
     def __init__(self, store: Any, rank: int, alive: Callable[[], bool]) -> None:
         super().__init__(store, alive, "distbridge-stack-watcher", POLL_SECONDS)
