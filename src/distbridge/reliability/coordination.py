@@ -65,13 +65,9 @@ Broadcast = Callable[[torch.Tensor], torch.Tensor]
 
 
 def broadcast_bytes(broadcast: Broadcast, payload: bytes | None) -> bytes:
-    """Send ``payload`` (at most 512 bytes, on rank 0) to every rank with one broadcast.
-
-    Args:
-        broadcast: fills a uint8 CPU tensor with rank 0's bytes on every rank and returns it
-            (a model's ``_do_broadcast`` from rank 0 over the world).
-        payload: the bytes on rank 0; None elsewhere.
-    """
+    """Send ``payload`` (at most 512 bytes, on rank 0; None elsewhere) to every rank with one
+    ``broadcast``, which fills a uint8 CPU tensor with rank 0's bytes on every rank and
+    returns it (a model's ``_do_broadcast`` from rank 0 over the world)."""
     buffer = torch.zeros(_ADDRESS_BYTES, dtype=torch.uint8)
     if payload is not None:
         if len(payload) >= _ADDRESS_BYTES or b"\0" in payload:

@@ -212,12 +212,9 @@ class StoreBarrier:
         self._calls: dict[tuple[int, ...], int] = {}
 
     def wait(self, members: tuple[int, ...], timeout: float, name: str | None) -> None:
-        """Arrive at the next barrier of the group ``members`` and wait for the others.
-
-        Args:
-            members: the group's global ranks (this rank among them).
-            timeout: seconds; ``math.inf`` waits without a limit (still logging).
-            name: named in the warnings and errors.
+        """Arrive at the next barrier of the group ``members`` (global ranks, this one among
+        them) and wait up to ``timeout`` seconds (``math.inf``: no limit, still logging) for
+        the others; ``name`` is named in the warnings and errors.
 
         Raises:
             BarrierTimeout: some members did not arrive within ``timeout``.
