@@ -144,14 +144,10 @@ class Record:
 
 
 class CollectiveLedger:
-    """The ledger of one model: a `GroupLog` per group, the world's at hand.
-
-    Args:
-        members_of: the global ranks of a ``group=`` argument that is not None, or None when
-            this rank is not a member (or the argument is not a group: the collective then
-            raises its own error and nothing is recorded).
-        capacity: entries kept per group (default: ``DISTBRIDGE_LEDGER_SIZE`` or 64).
-    """
+    """The ledger of one model: a `GroupLog` per group, the world's at hand, each keeping
+    ``capacity`` entries (default: ``DISTBRIDGE_LEDGER_SIZE`` or 64). ``members_of`` gives
+    the global ranks of a ``group=`` argument that is not None, or None when this rank is not
+    a member (or it is not a group: the collective raises its own error, nothing recorded)."""
 
     def __init__(
         self,

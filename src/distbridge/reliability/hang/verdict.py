@@ -357,15 +357,9 @@ def _silent_line(ledgers: _Ledgers, rank: int) -> str:
 
 
 def verdict(reports: Iterable[RankReport], world_size: int = 0) -> Verdict:
-    """Who is at fault in a stuck job, from every rank's report.
-
-    Args:
-        reports: one `RankReport` per rank (a rank without one is taken as silent).
-        world_size: the number of ranks in the job (0: the highest rank reported, plus one).
-
-    Returns:
-        A `Verdict`; its ``text`` names the ranks at fault, the collective and the sites.
-    """
+    """Who is at fault in a stuck job of ``world_size`` ranks (0: the highest rank reported,
+    plus one), from a `RankReport` per rank (a rank without one is taken as silent): a
+    `Verdict`, whose ``text`` names the ranks at fault, the collective and the sites."""
     by_rank = {report.rank: report for report in reports}
     size = max(world_size, max(by_rank, default=-1) + 1)
     for rank in range(size):
