@@ -16,6 +16,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from types import FunctionType
 from typing import Any, Final, TypeVar
 
 import torch
@@ -502,5 +503,7 @@ class ComputationModel(BackendPrimitives):
 #: The public collectives of every model, in the order the class defines them: the methods
 #: `collective` records (the testing layers intercept these).
 COLLECTIVES: Final[tuple[str, ...]] = tuple(
-    name for name, method in vars(ComputationModel).items() if hasattr(method, "__wrapped__")
+    name
+    for name, method in vars(ComputationModel).items()
+    if isinstance(method, FunctionType) and hasattr(method, "__wrapped__")  # not classmethods
 )
