@@ -406,8 +406,9 @@ def test_spawn_arguments_are_checked_before_anything_starts() -> None:
         XlaModel.spawn(xla_targets.sleep, (), {}, 1, backend="xla-tpu", master_port=1234)
 
 
-def test_initialize_takes_no_options() -> None:
+def test_initialize_takes_no_options_but_debug() -> None:
     # Refused before torch_xla is imported; without torch_xla, initialize says it is missing.
     initialize = idist.initialize if HAS_XLA else XlaModel.from_backend
-    with pytest.raises(TypeError, match=r"\['init_method'\]; the XLA backend takes none"):
+    expected = r"\['init_method'\]; the xla-dist model takes debug \(the runtime knows the"
+    with pytest.raises(TypeError, match=expected):
         initialize("xla-tpu", init_method="tcp://x")
