@@ -27,7 +27,7 @@ __all__ = ["FailingTogether"]
 class FailingTogether:
     """Fail together with the other ranks of ``model``'s job through the store ``store_of()``
     gives (None: there is none). ``cut_off`` ends this rank's part of the communicator when a
-    peer fails (None: nothing to cut); ``engine`` is the model's ``engine_trace``, where its
+    peer fails (None: nothing to cut); ``engine`` is the model's ``_engine_trace``, where its
     engine keeps a record of collectives."""
 
     def __init__(

@@ -96,7 +96,7 @@ def collect(
         me: this rank and its ledger, reported directly (not asked).
         wait: how long to wait for answers; 0 only reads what was published.
         notes: rank -> why it cannot answer (a failure note), e.g. "its process was killed".
-        engine: ``me``'s model's ``engine_trace``, where its engine keeps a record.
+        engine: ``me``'s model's ``_engine_trace``, where its engine keeps a record.
     """
     root = job_root(store)
     notes = dict(notes or {})
@@ -174,7 +174,7 @@ def job_verdict(
 ) -> str:
     """Who is at fault in ``model``'s job, from every rank's ledger (and engine record) asked
     through ``store`` for up to ``wait`` seconds (``notes``: rank -> why it cannot answer;
-    ``engine``: the model's ``engine_trace``, where it has one)."""
+    ``engine``: the model's ``_engine_trace``, where it has one)."""
     world = model.get_world_size()
     me = (model.get_rank(), model.ledger)
     reports = collect(store, world, me=me, wait=wait, notes=notes, engine=engine)

@@ -32,7 +32,7 @@ COMPLETED = "completed"
 #: torch retired the entry without marking it completed (gloo: it returned or failed)
 ENDED = "ended"
 Members = tuple[int, ...]
-#: a model's ``engine_trace``: its engine's record, the last ``n`` entries per group, as
+#: a model's ``_engine_trace``: its engine's record, the last ``n`` entries per group, as
 #: ``{"source": ..., "entries": [...]}`` or ``{"source": ..., "note": why none}``; None: none
 EngineTrace = Callable[[int], Mapping[str, Any] | None]
 
@@ -58,7 +58,7 @@ class EngineRecord:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EngineRecord:
-        """A record from a model's ``engine_trace`` entry (JSON)."""
+        """A record from a model's ``_engine_trace`` entry (JSON)."""
         return cls(
             seq=int(data["seq"]),
             op=str(data["op"]),

@@ -138,7 +138,7 @@ def as_report(
 class Reporter(StoreThread):
     """Publishes this process's (global ``rank``) ``ledger`` through the root of ``store``
     and answers verdict requests (see the module); a `StoreThread`. ``world_size`` is
-    published for `ask_job` (0: not); ``engine`` is the model's ``engine_trace``, where its
+    published for `ask_job` (0: not); ``engine`` is the model's ``_engine_trace``, where its
     engine keeps a record."""
 
     def __init__(
