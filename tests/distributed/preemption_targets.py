@@ -101,17 +101,26 @@ def train(
                     stop.checkpoint(step, model, optimizer, extra)
                 if stop.should_stop(step):
                     record["stop"] = step
+                    # written now: on SLURM rank 0's requeue ends every task, maybe before
+                    # another rank's `finally` ran
+                    _write(record, model, run_dir)
                     if fault == "die_in_stop" and rank == kill_rank and start == 0:
                         _die_in_state_dict(model)
                     stop.checkpoint_and_exit(step, model, optimizer)
         record["sigterm"].append(_owner(signal.SIGTERM))
     finally:
-        record["sharded"] = all(hasattr(p, "full_tensor") for p in model.parameters())
-        full = [getattr(p, "full_tensor", p.detach)() for p in model.parameters()]  # FSDP2
-        record["params"] = [p.detach().flatten().tolist() for p in full]
-        with (Path(run_dir) / f"rank{rank}.jsonl").open("a") as out:
-            out.write(json.dumps(record) + "\n")
+        if "params" not in record:
+            _write(record, model, run_dir)
     return record
+
+
+def _write(record: dict[str, Any], model: torch.nn.Module, run_dir: str) -> None:
+    """Append ``record``, with the model's parameters, to this rank's JSON lines."""
+    record["sharded"] = all(hasattr(p, "full_tensor") for p in model.parameters())
+    full = [getattr(p, "full_tensor", p.detach)() for p in model.parameters()]  # FSDP2
+    record["params"] = [p.detach().flatten().tolist() for p in full]
+    with (Path(run_dir) / f"rank{record['rank']}.jsonl").open("a") as out:
+        out.write(json.dumps(record) + "\n")
 
 
 def _owner(signum: int) -> str:
