@@ -325,7 +325,7 @@ def test_failure_notes_first_writer_wins_and_are_read_through_prefixes() -> None
     fail_together.record_failure(root, 1, "RuntimeError: second")
 
     assert fail_together.read_failure(root) == (3, "ValueError: first")
-    assert fail_together.read_failure(view, wait=0.1) == (3, "ValueError: first")
+    assert fail_together.read_failure(view) == (3, "ValueError: first")
 
 
 def test_summaries_are_one_short_line() -> None:

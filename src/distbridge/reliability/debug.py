@@ -25,15 +25,13 @@ import time
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from distbridge.algorithms import codec
 from distbridge.errors import CollectiveMismatch
-from distbridge.reliability.fail_together import check_peers
 from distbridge.reliability.fingerprint import Fingerprint, call_site, describe
 from distbridge.reliability.hang.ledger import positive_env
-from distbridge.reliability.timed_barrier import group_tag
+from distbridge.reliability.timed_barrier import await_keys, group_tag
 
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract
@@ -54,8 +52,6 @@ DEFAULT_TIMEOUT = 60.0
 _ON = ("1", "true", "yes", "on")
 _OFF = ("", "0", "false", "no", "off")
 _OK = "ok"
-#: how often a rank waiting for its peers' fingerprints looks for a failure note (seconds)
-_NOTE_SECONDS = 1.0
 
 
 def enabled_by_env() -> bool:
@@ -172,7 +168,8 @@ def _exchange(
     store.set(keys[rank], mine.to_json())
     verdict = _OK
     others = [keys[r] for r in members if r != rank]
-    if not _arrived(store, others, timeout, rank, f"{mine.call} (debug mode: {where})"):
+    doing = f"in {mine.call} (debug mode: {where})"
+    if not await_keys(store, others, time.monotonic() + timeout, rank, doing):
         missing = [r for r in members if not store.check([keys[r]])]
         if missing:
             verdict = json.dumps({"waiter": rank, "missing": missing})
@@ -186,23 +183,6 @@ def _exchange(
             store.delete_key(key)
     if not all(p.agrees_with(mine) for p in prints.values()):
         raise _mismatch_error(prints, where)
-
-
-def _arrived(store: Any, keys: list[str], timeout: float, rank: int, where: str) -> bool:
-    """Wait up to ``timeout`` seconds for ``keys``; False when the time ran out. Every
-    ``_NOTE_SECONDS`` of waiting, look for a failure note (a rank that failed will never
-    arrive): `PeerFailed` naming it, as the collective itself would raise."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            store.wait(keys, timedelta(seconds=max(min(left, _NOTE_SECONDS), 0.001)))
-            return True
-        except RuntimeError:  # DistStoreError: this slice of the timeout ran out
-            pass
-        check_peers(store, rank, f"in {where}")
-        if left <= _NOTE_SECONDS:
-            return False
 
 
 def _fetch(store: Any, keys: Mapping[int, str]) -> dict[int, Fingerprint]:

@@ -97,13 +97,13 @@ def _explained(op: str, err: RuntimeError, owner: ModelContract, failure: PeerFa
     without naming the rank (Horovod's "Mismatched ALLREDUCE tensor shapes"), ``err``'s type
     with the verdict; else None."""
     said = str(err).lower()
-    timed_out = "timed out" in said or "timeout" in said
+    timed_out = failure is None and ("timed out" in said or "timeout" in said)
     mismatched = failure is None and not timed_out and _MISMATCHED in said
-    lost = failure is None and not timed_out and (_lost_peer(err) or mismatched)
-    if failure is None and not timed_out and not lost:
+    lost = failure is None and not timed_out and _lost_peer(err)
+    if failure is None and not (timed_out or mismatched or lost):
         return None
     notes = {} if failure is None else {failure.rank: f"it failed: {failure.summary}"}
-    wait = 1.0 if failure is not None or lost else ANSWER_WAIT_SECONDS
+    wait = ANSWER_WAIT_SECONDS if timed_out else 1.0
     try:
         text = owner.hang_verdict(notes, wait)
     except Exception:  # a verdict must never hide the error it explains
@@ -196,15 +196,12 @@ def record_failure(store: Any, rank: int, summary: str, world_size: int = 0) -> 
             root.multi_set([wake_key(r) for r in range(world_size)], ["failed"] * world_size)
 
 
-def read_failure(store: Any, wait: float = 0.0) -> tuple[int, str] | None:
-    """The ``(rank, summary)`` of the failure note, waiting up to ``wait`` seconds for one."""
+def read_failure(store: Any) -> tuple[int, str] | None:
+    """The ``(rank, summary)`` of the failure note, if one is there."""
     root, key = job_root(store), failure_key()
-    deadline = time.monotonic() + wait
     try:
-        while not root.check([key]):
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(_POLL_SECONDS)
+        if not root.check([key]):
+            return None
         rank, _, summary = root.get(key).decode("utf-8", "replace").partition("\n")
         return int(rank), summary
     except Exception:  # unreachable store or a foreign value under our key

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -28,22 +29,16 @@ __all__ = ["install_excepthook", "uninstall_excepthook"]
 _Hook = Callable[[type[BaseException], BaseException, TracebackType | None], Any]
 
 
+@dataclass(frozen=True)
 class _FailureHook:
     """``sys.excepthook`` while a native context lives: note the failure, chain on (the
     traceback is shown), then tear the communicator down."""
 
-    def __init__(
-        self,
-        rank: int,
-        world_size: int,
-        previous: _Hook,
-        teardown: Teardown | None,
-        store_of: Callable[[], Any],
-    ) -> None:
-        self.rank, self.world_size, self.previous, self.teardown = (
-            rank, world_size, previous, teardown
-        )  # fmt: skip
-        self.store_of = store_of
+    rank: int
+    world_size: int
+    previous: _Hook
+    teardown: Teardown | None
+    store_of: Callable[[], Any]
 
     def __call__(
         self, kind: type[BaseException], exc: BaseException, tb: TracebackType | None

@@ -42,6 +42,7 @@ __all__ = [
     "CompletedBarrier",
     "StoreBarrier",
     "abort_barrier",
+    "await_keys",
     "check_barrier_options",
     "check_name",
     "check_timeout",
@@ -136,6 +137,30 @@ class CompletedBarrier:
 
     def __repr__(self) -> str:
         return "CompletedBarrier()"
+
+
+def await_keys(
+    store: Any, keys: list[str], until: float, rank: int, doing: str, block: bool = True
+) -> bool:
+    """Wait until every key of ``keys`` is set (True) or ``time.monotonic()`` reaches
+    ``until`` (False): with ``block``, first in the store's own wait for up to a second (a
+    barrier usually passes within it), then polling, since a TCPStore wait that times out
+    logs two lines from C++. `PeerFailed` (``rank`` stopped ``doing``) once a rank left a
+    failure note: it will never arrive."""
+    if block:
+        try:
+            left = min(until - time.monotonic(), BLOCKING_SECONDS)
+            store.wait(keys, timedelta(seconds=max(left, 1e-3)))
+            return True
+        except RuntimeError:  # timed out (a dead store shows below)
+            pass
+    while not store.check(keys):
+        check_peers(store, rank, doing)
+        now = time.monotonic()
+        if now >= until:
+            return False
+        time.sleep(min(POLL_SECONDS, until - now))
+    return True
 
 
 def group_tag(members: tuple[int, ...]) -> str:
@@ -264,36 +289,31 @@ class StoreBarrier:
         start = time.monotonic()
         deadline = start + timeout
         interval = min(FIRST_WARNING, timeout / 2)
-        warn_at = start + interval
-        try:  # the store's own wait first: a barrier usually passes within it
-            first = max(min(deadline, warn_at, start + BLOCKING_SECONDS) - start, 1e-3)
-            self._store.wait([done], timedelta(seconds=first))
-            return bytes(self._store.get(done))
-        except RuntimeError:  # timed out (a dead store shows below)
-            pass
-        while True:  # then polling (a TCPStore wait that times out logs two lines from C++)
+        doing = f"waiting in {_describe(name)}"
+        block = True
+        while True:
+            until = min(time.monotonic() + interval, deadline)
             try:
-                if self._store.check([done]):
+                if await_keys(self._store, [done], until, self._rank, doing, block):
                     return bytes(self._store.get(done))
+            except DistributedError:  # PeerFailed: a rank left a failure note
+                raise
             except RuntimeError as err:
                 raise self._unreachable(err, name) from err
-            check_peers(self._store, self._rank, f"waiting in {_describe(name)}")
+            block = False
             now = time.monotonic()
             if now >= deadline:
                 missing = self._missing(key, members, name)
                 if not missing:
                     return _OK
                 self._raise_timeout(missing, members, timeout, name)
-            if now >= warn_at:
-                LOG.warning(
-                    "Rank %d has waited %.1f s in %s: ranks %s of %s have not arrived%s.",
-                    self._rank, now - start, _describe(name),
-                    self._missing(key, members, name), list(members),
-                    "" if math.isinf(timeout) else f" (timeout {timeout:g} s)",
-                )  # fmt: skip
-                interval = min(interval * 2, MAX_WARNING_INTERVAL)
-                warn_at = now + interval
-            time.sleep(max(min(POLL_SECONDS, deadline - now), 0.0))
+            LOG.warning(
+                "Rank %d has waited %.1f s in %s: ranks %s of %s have not arrived%s.",
+                self._rank, now - start, _describe(name),
+                self._missing(key, members, name), list(members),
+                "" if math.isinf(timeout) else f" (timeout {timeout:g} s)",
+            )  # fmt: skip
+            interval = min(interval * 2, MAX_WARNING_INTERVAL)
 
     def _raise_timeout(
         self, missing: list[int], members: tuple[int, ...], timeout: float, name: str | None
