@@ -6,7 +6,7 @@ It delegates to the active computation model, which validates the same way on ev
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Literal, overload
+from typing import Any
 
 from distbridge import _state
 from distbridge._types import Group
@@ -14,24 +14,6 @@ from distbridge._types import Group
 __all__ = ["barrier"]
 
 
-@overload
-def barrier(
-    group: Group | None = None,
-    async_op: Literal[False] = False,
-    device_ids: list[int] | None = None,
-    *,
-    timeout: float | timedelta | None = None,
-    name: str | None = None,
-) -> None: ...
-@overload
-def barrier(
-    group: Group | None = None,
-    async_op: bool = False,
-    device_ids: list[int] | None = None,
-    *,
-    timeout: float | timedelta | None = None,
-    name: str | None = None,
-) -> Any: ...
 def barrier(
     group: Group | None = None,
     async_op: bool = False,
@@ -48,9 +30,9 @@ def barrier(
     Args:
         group: as in `all_reduce`; ranks outside the group return at once.
         async_op: True returns a handle with ``wait()``, ``is_completed()`` and
-            ``is_success()`` (a ``torch.distributed.Work`` where the backend has asynchronous
-            barriers; a finished handle where the barrier has already returned, as on the
-            serial, XLA and Horovod models). Not with ``timeout``.
+            ``is_success()`` instead of None (a ``torch.distributed.Work`` where the backend
+            has asynchronous barriers; a finished handle on the serial, XLA and Horovod
+            models, whose barrier has already returned). Not with ``timeout``.
         device_ids: CUDA device indices for NCCL's barrier (validated on every model; the
             native model already uses this process's GPU, the others ignore it).
         timeout: None: the backend's own barrier (no extra cost; a hang lasts until the
@@ -60,16 +42,12 @@ def barrier(
             the missing ranks (logger ``"distbridge"``, WARNING) at growing intervals.
         name: names the barrier in those messages, e.g. ``"after-eval"``.
 
-    Returns:
-        None, or with ``async_op=True`` the handle described above.
-
     Raises:
         BarrierTimeout: ``timeout`` passed before every member arrived (on the waiting ranks;
             each logs its stacks and asks the others to log theirs).
         PeerFailed: with a timeout, a rank of the job failed while this one waited.
-        TypeError, ValueError: ``timeout`` is not a positive number or timedelta, ``name`` is
-            not a str, ``async_op`` is not a bool, ``device_ids`` is not a list of
-            non-negative ints, or ``async_op=True`` comes with a ``timeout``.
+        TypeError, ValueError: an argument of another type or value than the above, or
+            ``async_op=True`` with a ``timeout``.
 
     Note:
         Without a distributed context, returns at once (after validating its arguments).

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any
 
 from distbridge import _api, environments
@@ -144,12 +143,7 @@ class Parallel:
             _info(f"- Parameters to spawn processes: \n\t{given}")
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         if self._initialized_here:
             self._initialized_here = False
             _info(f"Finalized processing group with backend: '{self.backend}'")

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any, NoReturn
 
 import torch
@@ -114,9 +114,7 @@ class StopGuard:
         self._warn_if_undeliverable()
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         for signum, previous in reversed(self._previous.items()):
             signal.signal(signum, previous)
         self._previous.clear()

@@ -65,7 +65,6 @@ START = (
 )
 END = "<!-- primitives: end -->"
 _SRC = Path(__file__).resolve().parents[1]  # src/distbridge
-_BASES = (BackendPrimitives,)  # where the defaults a backend may keep are
 
 
 def _def_line(function: Any) -> tuple[str, int]:
@@ -93,7 +92,7 @@ def _default(owner: type, name: str, model: type[BackendPrimitives]) -> str:
 def cell(model: type[BackendPrimitives], name: str) -> str:
     """Where ``model`` does primitive ``name``: `file:line`, or the default it keeps."""
     owner = next(klass for klass in model.__mro__ if name in vars(klass))
-    if owner in _BASES:
+    if owner is BackendPrimitives:  # a default the model keeps
         return _default(owner, name, model)
     path, line = _def_line(vars(owner)[name])
     return f"`{path}:{line}`"
