@@ -188,13 +188,10 @@ def spawn(
         kwargs: native backends: ``nnodes`` (1), ``node_rank`` (0), ``master_addr``
             ("127.0.0.1" or MASTER_ADDR), ``master_port`` (a free port, or MASTER_PORT),
             ``init_method``, ``timeout`` (process group timeout), ``start_method``
-            ("forkserver": forked from a warm server with torch imported; "spawn"; "fork"),
-            ``job_timeout`` (seconds for the whole job), ``tag_output`` (True: each output
-            line starts with ``[rank N]: ``; False: the workers write to this process's
-            stdout and stderr themselves; None, the default: whole lines where the output is
-            not a terminal), ``output_ranks`` (the ranks whose output is shown; None: every
-            rank). Every backend takes ``debug=True`` (the workers run in the debug mode);
-            unknown names raise TypeError.
+            ("forkserver", the default: forked from a warm server; "spawn"; "fork"),
+            ``job_timeout`` (seconds for the whole job), ``tag_output`` and ``output_ranks``
+            (see "The workers' output" in docs/launching.md). Every backend takes
+            ``debug=True`` (the workers run in the debug mode); unknown names raise TypeError.
 
     Returns:
         Every worker's return value on this machine, in local-rank order.

@@ -82,13 +82,11 @@ def all_gather(tensor: Any, group: Group | None = None) -> Any:
     of ``group``.
 
     Returns:
-        For a tensor of shape (n, ...): a tensor of shape (group_size * n, ...), rank order
-        (a 0-dim tensor gives shape (group_size,)); every rank's tensor must have the same
-        shape. For a number, str, Path or any picklable object: a list with one entry per
-        rank, each with its sender's exact type (a numpy scalar, or another number type,
-        arrives as the Python int, float or bool of its value, as ``x.item()`` gives; send
-        it with `all_gather_object` to keep its type). Ranks outside ``group`` get ``x``
-        (a tensor) or ``[x]`` back.
+        For a tensor of shape (n, ...): a tensor of shape (group_size * n, ...) in rank order
+        (a 0-dim tensor gives (group_size,)); every rank's tensor must have the same shape.
+        For anything else: a list with one entry per rank, each with its sender's exact type
+        (another number type, such as a numpy scalar, arrives as ``x.item()`` gives it;
+        `all_gather_object` keeps its type). Ranks outside ``group`` get ``x`` or ``[x]``.
 
     The shapes are not exchanged first (one collective, as in torch): where they differ, the
     backend fails (gloo aborts the process), or in debug mode (``DISTBRIDGE_DEBUG=1``) every
@@ -172,15 +170,9 @@ def all_gather_tensors_with_shapes(
     one all-gather (with one element more, which says whether this rank's own tensor
     passed its checks); nothing is exchanged first.
 
-    Args:
-        tensor: this rank's tensor; its shape must be ``shapes[group rank]``.
-        shapes: the shape of every group member's tensor, in group-rank order, the same
-            on every rank.
-        group: as in `all_reduce`.
-
-    Returns:
-        One tensor per group member, each with its own shape; ``[tensor]`` on a rank
-        outside ``group``.
+    ``tensor``'s shape must be ``shapes[group rank]``; ``shapes`` lists every member's, in
+    group-rank order, the same on every rank; ``group`` as in `all_reduce`. Returns one tensor
+    per group member, each with its own shape (``[tensor]`` on a rank outside ``group``).
 
     Raises:
         TypeError, ValueError: ``shapes`` is not one list of int dimensions (0 or more) per
@@ -214,16 +206,10 @@ def reduce(
 def reduce(tensor: Any, dst: int = 0, op: str = "SUM", group: Group | None = None) -> Any:
     """Reduce ``tensor`` over the ranks of ``group`` onto global rank ``dst``.
 
-    Args:
-        tensor: a tensor (on ``dst`` it holds the result afterwards, like
-            ``torch.distributed.reduce``) or a Python number (exact type kept).
-        dst: the global rank that receives the result.
-        op: as in `all_reduce`.
-        group: as in `all_reduce`.
-
-    Returns:
-        On ``dst``, the result. On every other rank, ``tensor`` unchanged: distbridge never
-        leaves the scratch values some backends write into non-destination buffers.
+    ``tensor`` is a tensor (on ``dst`` it holds the result afterwards, like
+    ``torch.distributed.reduce``) or a Python number (exact type kept); ``op`` and ``group``
+    are as in `all_reduce`. Returns the result on ``dst``; every other rank gets ``tensor``
+    unchanged (never the scratch values some backends leave in non-destination buffers).
 
     Note:
         Without a distributed context, returns ``tensor`` (``dst`` must be 0).
@@ -275,12 +261,12 @@ def scatter(
 ) -> Any:
     """Give each rank of ``group`` its own tensor from global rank ``src``.
 
+    ``src`` is a global rank; ``group`` as in `all_reduce`.
+
     Args:
         tensors: on ``src``, one tensor per group member in group-rank order (one dtype;
             shapes may differ, numbers of dims too: each receiver gets its own tensor's
             shape); ignored elsewhere (pass None).
-        src: the global rank that sends.
-        group: as in `all_reduce`.
         out: a tensor to receive into, on every rank: then every ``tensors[r]`` must have its
             dtype and shape, and the shape exchange that otherwise comes first is skipped (as
             fast as ``torch.distributed.scatter``). A rank whose ``out`` disagrees gets a

@@ -40,20 +40,15 @@ def launch(
     args: tuple[Any, ...] = (),
     timeout: timedelta = DEFAULT_TIMEOUT,
 ) -> list[Any]:
-    """Run ``main_func(*args)`` in ``num_gpus_per_machine`` processes on each machine.
+    """Run ``main_func(*args)`` in ``num_gpus_per_machine`` processes on each of
+    ``num_machines`` machines (this one is number ``machine_rank``); ``timeout`` is the process
+    group timeout.
 
     As detectron2's ``engine.launch``: NCCL when CUDA is available, else gloo; with a
-    world of one, ``main_func`` runs in this process.
-
-    Args:
-        main_func: a top-level function (workers import it), called as ``main_func(*args)``.
-        num_gpus_per_machine: processes per machine.
-        num_machines: machines in the job.
-        machine_rank: this machine's index.
-        dist_url: "auto" or None (one machine: a free port), "tcp://host:port" (machine 0's
-            address, the same on every machine) or "file:///shared/path".
-        args: arguments for ``main_func``.
-        timeout: the process group timeout.
+    world of one, ``main_func`` runs in this process. ``main_func`` is a top-level function
+    (workers import it). ``dist_url`` is "auto" or None (one machine: a free port),
+    "tcp://host:port" (machine 0's address, the same on every machine) or
+    "file:///shared/path".
 
     Returns:
         ``main_func``'s return value on each local process, in local-rank order.

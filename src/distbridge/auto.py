@@ -67,9 +67,7 @@ def auto_model(
     from the returned model's parameters (``auto_optim`` refuses one built before).
 
     Args:
-        model: the model to distribute.
         sync_bn: convert BatchNorm layers to SyncBatchNorm (native backends only).
-        strategy: "ddp" (DistributedDataParallel) or "fsdp" (FSDP2's ``fully_shard``).
         shard_modules: with "fsdp", the submodules sharded as units of their own: None for
             the model's children that hold parameters, a module class or tuple of classes
             (e.g. your transformer block) for every submodule of that class, or the modules
@@ -323,14 +321,10 @@ def _split(name: str, value: int, world: int) -> int:
 class DistributedProxySampler(DistributedSampler[Any]):
     """Shard the indices of any sampler (weighted, custom, ...) across processes.
 
-    Each epoch the wrapped sampler's indices are repeated to a multiple of the number of
-    processes and process r takes every ``num_replicas``-th index starting at r. Call
+    ``sampler`` has a ``__len__`` and is not already distributed. Each epoch its indices are
+    repeated to a multiple of ``num_replicas`` (default: the world size) and process ``rank``
+    (default: this one) takes every ``num_replicas``-th index from ``rank`` on. Call
     ``set_epoch`` each epoch as with DistributedSampler.
-
-    Args:
-        sampler: a sampler with ``__len__`` that is not already distributed.
-        num_replicas: processes (default: world size).
-        rank: this process (default: its rank).
     """
 
     def __init__(

@@ -9,20 +9,16 @@ __all__ = ["dump_stacks"]
 
 
 def dump_stacks(reason: str = "distbridge.dump_stacks() was called") -> str:
-    """Log the Python stacks of every thread of this rank, and ask the other ranks for theirs.
+    """Log the Python stacks of every thread of this rank, ask the other ranks for theirs, and
+    return the text this rank logged.
 
     The stacks (``faulthandler``, innermost frame first) go to the ``"distbridge"`` logger at
-    WARNING, under a header ``==== distbridge: Python stacks of rank R (pid, host): reason``.
+    WARNING, under a header ``==== distbridge: Python stacks of rank R (pid, host): reason``
+    (``reason`` in every rank's header).
     Every other rank that has opened the coordination store (at its first
     ``barrier(timeout=...)`` or ``one_rank_first``) logs its own within about a second,
     wherever it is stuck: a thread of its own polls the store ("Stack dumps" in
     docs/reliability.md).
-
-    Args:
-        reason: written in every rank's header.
-
-    Returns:
-        The text this rank logged.
 
     Note:
         Without a distributed context, logs this process's stacks (as rank 0). A rank frozen

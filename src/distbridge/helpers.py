@@ -45,11 +45,8 @@ def _check_rank(rank: object, size: int, what: str) -> int:
 
 
 def one_rank_only(rank: int = 0, with_barrier: bool = False) -> Callable[[F], F]:
-    """Decorator: run the function on rank ``rank`` only; other ranks get None.
-
-    Args:
-        rank: the global rank that runs the function.
-        with_barrier: every rank waits in a barrier after the call.
+    """Decorator: run the function on global rank ``rank`` only; other ranks get None. With
+    ``with_barrier``, every rank waits in a barrier after the call.
 
     Note:
         Without a distributed context the function runs (this process is rank 0).
@@ -78,7 +75,8 @@ def one_rank_only(rank: int = 0, with_barrier: bool = False) -> Callable[[F], F]
 def one_rank_first(
     rank: int = 0, local: bool = False, timeout: float | timedelta | None = None
 ) -> Iterator[None]:
-    """Context manager: rank ``rank`` runs the block first, then all the others.
+    """Context manager: rank ``rank`` runs the block first, then all the others (with
+    ``local=True``: local rank ``rank`` of each machine first, then the others of its machine).
 
     Typical use: one process downloads or preprocesses a dataset, the others then read it.
     The others wait in a barrier through the coordination store, not the process group's
@@ -86,11 +84,7 @@ def one_rank_first(
     at growing intervals, and if the first rank's block raises, the others raise a
     ``DistributedError`` naming it at once instead of hanging.
 
-    Args:
-        rank: the rank that goes first.
-        local: if True, ``rank`` is a local rank: the first of each machine goes first.
-        timeout: how long the others wait for the first rank (seconds or a timedelta);
-            None: no limit.
+    ``timeout`` (seconds or a timedelta; None: no limit) bounds how long the others wait.
 
     Raises:
         BarrierTimeout: on the waiting ranks, when ``timeout`` passes first.

@@ -20,16 +20,14 @@ __all__ = ["device_mesh"]
 
 
 def device_mesh(shape: Sequence[int] | int, names: Sequence[str] | None = None) -> DeviceMesh:
-    """A DeviceMesh of ``shape`` over every rank of the job, on this process's device type.
+    """``init_device_mesh(idist.device().type, shape, mesh_dim_names=names)``: a DeviceMesh of
+    ``shape`` over every rank of the job, on this process's device type.
 
     Args:
         shape: the size of each dimension (an int for one dimension); their product must be
             the world size. Ranks fill the grid in row-major order.
         names: one name per dimension (``("dp", "tp")``), to pick a dimension with
             ``mesh["tp"]``.
-
-    Returns:
-        ``torch.distributed.device_mesh.init_device_mesh(idist.device().type, shape, ...)``.
 
     Raises:
         RuntimeError: the active model has no torch.distributed process groups (Horovod, XLA,

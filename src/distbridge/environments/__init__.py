@@ -3,11 +3,9 @@
 Every module here has ``detect(env) -> LaunchEnvironment | None``: it reads only ``env`` (a
 dict in the tests, ``os.environ`` in real use), never the network or the file system, and
 returns None when its launcher did not start this process. ``detect()`` below asks them in
-the order of ``DETECTORS``; the first that answers wins. The innermost launcher describes the
-process (torchrun inside srun: RANK, not SLURM_PROCID), so SLURM, which every other launcher
-may run inside, comes last. docs/environments.md has the variables each module reads, why
-this order (launchers inside launchers), the addresses and ports each derives, and why XLA
-has no module here.
+the order of ``DETECTORS``, innermost launcher first (see its comments); the first that
+answers wins. docs/environments.md has the variables each module reads, why this order, the
+addresses and ports each derives, and why XLA has no module here.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """Open MPI's ``mpirun`` / ``mpiexec`` (and launchers built on it: Spectrum MPI, ``horovodrun``
 with its MPI controller).
 
-Open MPI sets ``OMPI_COMM_WORLD_RANK``, ``_SIZE``, ``_LOCAL_RANK`` and ``_LOCAL_SIZE`` in every
-process it starts, and Open MPI 4 also the number of nodes (``OMPI_MCA_orte_num_nodes``).
-Beware ``OMPI_COMM_WORLD_NODE_RANK``: despite its name it is the rank *among the processes of
-this node* (like the local rank), not the node's index, so it is not read. No variable gives
-the node's index; it is known without asking the peers only when every rank runs on this node.
-Otherwise ``initialize()`` asks the peers, grouping ranks by their node's Open MPI daemon
-(``OMPI_MCA_orte_local_daemon_uri``), which tells nodes apart even when host names repeat.
+``OMPI_COMM_WORLD_NODE_RANK`` is not read: despite its name it is the rank *among the
+processes of this node*, not the node's index. No variable gives the node's index, so unless
+every rank runs on this node ``initialize()`` asks the peers, grouping ranks by their node's
+Open MPI daemon (``OMPI_MCA_orte_local_daemon_uri``), which tells nodes apart even when host
+names repeat.
 Without MASTER_PORT, the port is derived from the job id (``OMPI_MCA_ess_base_jobid``, or
 ``PMIX_NAMESPACE`` in Open MPI 5).
 """

@@ -6,13 +6,10 @@ but it is one process, not the job's tasks: initializing a world of SLURM_NTASKS
 would wait forever for ranks that never start. That case is not detected, and a warning
 (once per process) says to start the script with ``srun``.
 
-MASTER_ADDR and MASTER_PORT, unless set in the environment:
-
-- MASTER_ADDR: the first host of the step's node list (SLURM_STEP_NODELIST, else
-  SLURM_JOB_NODELIST / SLURM_NODELIST), where the block, cyclic and plane distributions
-  put rank 0 (with ``-m arbitrary``, or node names that do not resolve, set MASTER_ADDR);
-- MASTER_PORT: ``derived_port(f"slurm:{SLURM_JOB_ID}.{SLURM_STEP_ID}")`` (see
-  ``base.derived_port``): steps of one job that run at the same time get different ports.
+Unless set, MASTER_ADDR is the first host of the step's node list, where the block, cyclic
+and plane distributions put rank 0 (with ``-m arbitrary``, or node names that do not resolve,
+set it), and MASTER_PORT is derived from `job_key`: steps of one job that run at the same time
+get different ports.
 """
 
 from __future__ import annotations
