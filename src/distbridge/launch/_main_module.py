@@ -52,16 +52,13 @@ def main_is_interactive() -> bool:
 
 
 def check_main_module(start_method: str) -> None:
-    """Stop a spawn that would fail in every worker because of how the main script runs.
+    """Stop a spawn that would fail in every worker because of how the main script runs:
+    `DistributedError` when the script was read from standard input (or its file is gone),
+    so workers started with "spawn" or "forkserver" cannot run it again.
 
     In a worker that is importing the main script (it has no ``__main__`` guard), print why
     to stderr and end the process with exit code `REIMPORT_EXIT_CODE` (not SystemExit: a
-    "forkserver" child turns every exception into exit code 1).
-
-    Raises:
-        DistributedError: the main script was read from standard input (or its file is
-            gone), so workers started with "spawn" or "forkserver" cannot run it again.
-    """
+    "forkserver" child turns every exception into exit code 1)."""
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         print(f"distbridge: spawn was called while this worker was starting: {REIMPORT_PROBLEM}.",
               file=sys.stderr, flush=True)  # fmt: skip

@@ -116,15 +116,12 @@ def redirect_output(streams: dict[int, Connection]) -> None:
                 stream.flush()
         os.dup2(conn.fileno(), fd)
         conn.close()
-        if _descriptor(stream) != fd:
+        try:
+            writes_to_fd = stream.fileno() == fd
+        except (AttributeError, OSError, ValueError):
+            writes_to_fd = False
+        if not writes_to_fd:
             setattr(sys, name, open(fd, "w", buffering=1, closefd=False))  # noqa: SIM115
-
-
-def _descriptor(stream: Any) -> int | None:
-    try:
-        return int(stream.fileno())
-    except (AttributeError, OSError, ValueError):
-        return None
 
 
 @dataclass

@@ -39,7 +39,7 @@ from distbridge.launch._worker_reports import (
     raised_error,
     signal_name,
 )
-from distbridge.launch.supervisor import positive_int
+from distbridge.launch.supervisor import check_seconds, positive_int
 from distbridge.reliability.hang.signals import answer_report_signal, report_dir
 
 __all__ = ["spawn_horovod"]
@@ -144,8 +144,7 @@ def spawn_horovod(
             f"node_rank={node_rank!r}: horovod.run starts every machine from this one, so "
             "node_rank must be 0 or left out; list the machines in hosts= instead."
         )
-    if job_timeout is not None and not job_timeout > 0:
-        raise ValueError(f"job_timeout must be a number of seconds > 0, got {job_timeout!r}.")
+    check_seconds("job_timeout", job_timeout, none=True)
     import horovod
 
     reports = report_dir(os.getpid())

@@ -16,7 +16,7 @@ import contextlib
 import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -46,16 +46,18 @@ class _NativeWorker(JoinedCall):
 
     env: Mapping[str, str]
     first_rank: int
-    init_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    timeout: timedelta | float | None
+    init_method: str | None  # None: the store the parent hosts
 
     def __call__(self, local_rank: int) -> Any:
         rank = self.first_rank + local_rank
         os.environ.update(self.env)
         os.environ["RANK"] = str(rank)
         os.environ["LOCAL_RANK"] = str(local_rank)
-        init_kwargs = dict(self.init_kwargs)
-        if "init_method" in init_kwargs:
-            init_kwargs.update(rank=rank, world_size=int(self.env["WORLD_SIZE"]))
+        init_kwargs: dict[str, Any] = {} if self.timeout is None else {"timeout": self.timeout}
+        if self.init_method is not None:
+            world_size = int(self.env["WORLD_SIZE"])
+            init_kwargs.update(init_method=self.init_method, rank=rank, world_size=world_size)
         return self.run(local_rank, **init_kwargs)
 
 
@@ -127,11 +129,6 @@ def spawn_native(
         store = host_store(port or 0, world_size, timeout)
         port = store.port
     env = job_env(nproc, nnodes, node_rank, addr, port, agent_store=init_method is None)
-    init_kwargs: dict[str, Any] = {}
-    if timeout is not None:
-        init_kwargs["timeout"] = timeout
-    if init_method is not None:
-        init_kwargs["init_method"] = init_method
     worker = _NativeWorker(
         make_model,
         activate,
@@ -141,7 +138,8 @@ def spawn_native(
         dict(kwargs_dict),
         env,
         node_rank * nproc,
-        init_kwargs,
+        timeout,
+        init_method,
     )
     on_death = None if store is None else functools.partial(_tell_peers, store, world_size)
     explain = None if store is None else functools.partial(job_verdict, store, world_size)

@@ -46,14 +46,9 @@ def _unwrapped(fn: Any) -> Any:
 def check_picklable(
     fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> None:
-    """Raise if ``fn`` (or a ``functools.partial`` of it) or its arguments cannot be sent to
-    a process started with "spawn".
-
-    Raises:
-        PicklingError: ``fn`` is a lambda, a nested function, a function the child cannot
-            find in ``__main__``, or anything else ``pickle`` rejects; or an argument
-            cannot be pickled. The message names the value and what to change.
-    """
+    """`PicklingError` naming the value and what to change if ``fn`` (or a partial of it) or
+    an argument cannot be sent to a process started with "spawn": a lambda, a nested
+    function, one the child cannot find in ``__main__``, or anything ``pickle`` rejects."""
     _check_function(fn)
     for index, value in enumerate(args):
         _check_value(value, f"args[{index}]")
@@ -140,12 +135,8 @@ class ByValue:
 
 
 def pack(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> ByValue:
-    """``fn``, ``args`` and ``kwargs`` as one `ByValue` call.
-
-    Raises:
-        PicklingError: something they refer to cannot be pickled even by value; the message
-            names it (see `find_culprit`) and says what to change.
-    """
+    """``fn``, ``args`` and ``kwargs`` as one `ByValue` call; `PicklingError` naming what
+    cannot be pickled even by value (see `find_culprit`) and what to change."""
     try:
         payload = cloudpickle.dumps((fn, tuple(args), dict(kwargs)))
     except Exception as err:

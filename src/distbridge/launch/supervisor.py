@@ -16,6 +16,7 @@ import atexit
 import contextlib
 import faulthandler
 import multiprocessing
+import numbers
 import os
 import pickle
 import signal
@@ -46,6 +47,7 @@ __all__ = [
     "PEER_WINDOW_SECONDS",
     "START_METHODS",
     "VERDICT_SECONDS",
+    "check_seconds",
     "check_spawn_options",
     "positive_int",
     "run_workers",
@@ -71,6 +73,21 @@ def positive_int(name: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
     return value
+
+
+def check_seconds(name: str, value: object, *, zero: bool = False, none: bool = False) -> None:
+    """ValueError unless ``value`` is a number of seconds > 0 (>= 0 with ``zero``), or None
+    with ``none``."""
+    if value is None and none:
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not (float(value) >= 0 if zero else float(value) > 0)
+    ):
+        bound = ">= 0" if zero else "> 0"
+        alternative = " or None" if none else ""
+        raise ValueError(f"{name} must be a number of seconds {bound}{alternative}, got {value!r}.")
 
 
 def check_spawn_options(start_method: str, join: bool = True) -> None:
@@ -100,34 +117,31 @@ def run_workers(
     output: OutputPlan | None = None,
     explain: Callable[[float], str | None] | None = None,
 ) -> list[Any]:
-    """Run ``target(i)`` in ``nprocs`` child processes and return their results in order.
+    """Run ``target(i)`` in ``nprocs`` child processes and return their results in order;
+    every worker is stopped (and reaped) before it returns or raises.
 
-    Args:
-        target: called as ``target(local_index)`` in each child; picklable unless
-            ``start_method`` is "fork".
-        rank_offset: the global rank of child ``i`` is ``rank_offset + i`` (for messages).
-        start_method: "forkserver" (a fork of the warm starter, see `warm_start`), "spawn"
-            (a fresh interpreter) or "fork" (a copy of this process).
-        job_timeout: seconds the whole job may take; None: no limit.
-        grace_seconds: how long a stopped worker gets between SIGTERM and SIGKILL, and how
-            long a worker that reported gets to exit.
-        peer_window: seconds the other workers get to report after the first failure.
-        on_death: ``on_death(rank, summary)`` for a worker that died without a report.
-        output: the workers' streams that go through the parent (see `_output`); None: raw.
-        explain: ``explain(wait)``: the hang verdict from the workers' ledgers (or None),
-            added to the error of a failure or of the job timeout; it must not raise.
+    ``target`` must pickle unless ``start_method`` is "fork" ("forkserver": a fork of the
+    warm starter, see `warm_start`; "spawn": a fresh interpreter). Child ``i`` has the global
+    rank ``rank_offset + i`` (for messages). ``job_timeout``: seconds for the whole job (None:
+    no limit). ``grace_seconds``: how long a stopped worker gets between SIGTERM and SIGKILL,
+    and a worker that reported gets to exit. ``on_death(rank, summary)``: called for a worker
+    that died without a report. ``output``: the streams relayed through the parent (see
+    `_output`; None: raw). ``explain(wait)``: the hang verdict from the workers' ledgers, or
+    None, added to the error of a failure or of the job timeout; it must not raise.
 
-    Raises:
-        WorkerFailedError: a worker raised or died; the error names the first that failed
-            by itself and lists what the others reported.
-        SpawnTimeoutError: ``job_timeout`` passed; the workers' stacks are in stderr.
-        KeyboardInterrupt, SystemExit: the parent got SIGINT or SIGTERM (exit code 143).
-
-    Every worker is stopped (and reaped) before it returns or raises.
+    Raises `WorkerFailedError` naming the first worker that failed by itself (with what the
+    others reported), `SpawnTimeoutError` past ``job_timeout`` (the stacks are in stderr),
+    KeyboardInterrupt or SystemExit (exit code 143) when the parent gets SIGINT or SIGTERM.
     """
-    _validate(nprocs, rank_offset, start_method, job_timeout, grace_seconds)
-    if not peer_window >= 0:
-        raise ValueError(f"peer_window must be a number of seconds >= 0, got {peer_window!r}.")
+    positive_int("nprocs", nprocs)
+    if isinstance(rank_offset, bool) or not isinstance(rank_offset, int) or rank_offset < 0:
+        raise ValueError(f"rank_offset must be an int >= 0, got {rank_offset!r}.")
+    check_spawn_options(start_method)
+    if start_method == "fork":
+        check_fork_is_safe()
+    check_seconds("job_timeout", job_timeout, none=True)
+    check_seconds("grace_seconds", grace_seconds, zero=True)
+    check_seconds("peer_window", peer_window, zero=True)
     check_main_module(start_method)
     exit_seconds = max(grace_seconds, 1.0)
     # typeshed declares Process only on the concrete contexts, not on BaseContext.
@@ -181,23 +195,6 @@ def _current_streams() -> dict[int, Connection]:
         with contextlib.suppress(OSError):  # closed: the worker keeps the server's
             streams[fd] = Connection(os.dup(fd))
     return streams
-
-
-def _validate(
-    nprocs: int, rank_offset: int, start_method: str, job_timeout: float | None, grace: float
-) -> None:
-    positive_int("nprocs", nprocs)
-    if isinstance(rank_offset, bool) or not isinstance(rank_offset, int) or rank_offset < 0:
-        raise ValueError(f"rank_offset must be an int >= 0, got {rank_offset!r}.")
-    check_spawn_options(start_method)
-    if start_method == "fork":
-        check_fork_is_safe()
-    if job_timeout is not None and not job_timeout > 0:
-        raise ValueError(
-            f"job_timeout must be a number of seconds > 0 or None, got {job_timeout!r}."
-        )
-    if not grace >= 0:
-        raise ValueError(f"grace_seconds must be a number of seconds >= 0, got {grace!r}.")
 
 
 def _worker_main(
