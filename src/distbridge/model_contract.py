@@ -1,17 +1,11 @@
 """What the code below the computation models may use of a model: one typed contract.
 
-The algorithms (``distbridge.algorithms``), the reliability code (``distbridge.reliability``)
-and the spawners (``distbridge.launch``) sit below ``distbridge.models`` and receive the
-model as an argument. They may use only what ``ModelContract`` names: the hooks a backend
-overrides (``_do_all_reduce``, ``_group_size``...: the primitives, called as they are, with
-no public forwarder), the queries, the group cache, the fast paths, the tensor round trips,
-the per-model reliability state that the model declares and makes, and failing together
-(the native and Horovod models do; the others keep the base class's answers). mypy checks
-every call against it, and ``tests/unit/test_model_contract.py`` fails on any other
-``model._anything`` outside ``models/``.
-
-Nothing here runs: the module only names types, so it imports nothing of distbridge at run
-time.
+The algorithms, the reliability code and the spawners sit below ``distbridge.models`` and
+receive the model as an argument; they may use only what ``ModelContract`` names (listed in
+"The contract between the models and the code below them" in docs/architecture.md). mypy
+checks every call against it, and ``tests/unit/test_model_contract.py`` fails on any other
+``model._anything`` outside ``models/``. The module only names types: it imports nothing of
+distbridge at run time.
 """
 
 from __future__ import annotations

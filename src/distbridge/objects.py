@@ -1,16 +1,9 @@
 """Object collectives and the data helpers of detectron2, vis4d and virtex.
 
-Object collectives pickle what they send (protocol 5, with numpy arrays and CPU tensors
-out of band, so large arrays are not copied through pickle) and **unpickle what other
-ranks send: unpickling runs code chosen by the sender**. Use them only within your own
-job, or pass ``serializer=`` (an object with ``dumps(obj) -> bytes`` and
-``loads(bytes) -> obj``, e.g. a JSON or msgpack wrapper) to avoid pickle altogether.
-Under NCCL, objects travel on a CPU (gloo) group, never through GPU memory.
-
-Every object comes back as ``pickle.loads(pickle.dumps(obj))`` would rebuild it (types,
-dtypes, shapes, bytes), tensors of dtypes torch's own pickling cannot rebuild (uint16,
-float8, ...) included. Received arrays and tensors are writable views of the receive buffer,
-each its own stretch of it, so in-place work on one never touches another.
+Object collectives pickle what they send and **unpickle what other ranks send: unpickling
+runs code chosen by the sender**. Use them only within your own job, or pass ``serializer=``
+(an object with ``dumps(obj) -> bytes`` and ``loads(bytes) -> obj``) to avoid pickle. What
+comes back, and how it travels, is in docs/objects.md.
 """
 
 from __future__ import annotations
