@@ -13,14 +13,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from distbridge.algorithms import byte_view, codec, shape_rows
-from distbridge.algorithms.groups import GroupCache
+from distbridge.algorithms.groups import NOT_A_MEMBER
 
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract
 
 __all__ = ["all_to_all", "chunks_known"]
-
-_NOT_A_MEMBER = GroupCache.NOT_A_MEMBER
 
 
 def all_to_all(
@@ -32,8 +30,8 @@ def all_to_all(
     resolved = model.groups.resolve(group)
     shape_rows.check_flag("same_shape", same_shape)
     if isinstance(tensors, torch.Tensor):
-        return tensors if resolved is _NOT_A_MEMBER else _all_to_all_one(model, tensors, resolved)
-    if resolved is _NOT_A_MEMBER:
+        return tensors if resolved is NOT_A_MEMBER else _all_to_all_one(model, tensors, resolved)
+    if resolved is NOT_A_MEMBER:
         return list(tensors)
     size, me = model._group_size(resolved), model._group_rank(resolved)
     if not isinstance(tensors, (list, tuple)) or len(tensors) != size:

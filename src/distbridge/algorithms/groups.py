@@ -24,7 +24,7 @@ from distbridge.errors import GroupArgumentError
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract
 
-__all__ = ["GroupCache", "is_mesh", "mesh_group", "not_a_group"]
+__all__ = ["NOT_A_MEMBER", "GroupCache", "is_mesh", "mesh_group", "not_a_group"]
 
 
 _SHOWN = 5  # ranks named at most in an error
@@ -75,10 +75,14 @@ class _Membership(enum.Enum):
     NOT_A_MEMBER = "not a member of the group"
 
 
+#: what resolving a ``group=`` gives on a rank outside the group
+NOT_A_MEMBER = _Membership.NOT_A_MEMBER
+
+
 class GroupCache:
     """The groups one model created, keyed by their sorted rank tuple and options."""
 
-    NOT_A_MEMBER = _Membership.NOT_A_MEMBER
+    NOT_A_MEMBER = NOT_A_MEMBER
 
     def __init__(self, model: ModelContract) -> None:
         self._model = weakref.proxy(model)  # no cycle: groups are freed with their model

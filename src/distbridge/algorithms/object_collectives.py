@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from distbridge.algorithms.groups import GroupCache
+from distbridge.algorithms.groups import NOT_A_MEMBER
 from distbridge.algorithms.object_frames import (
     Frame,
     Serializer,
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 __all__ = ["all_gather_object", "broadcast_object", "gather_object", "scatter_object"]
 
-_NOT_A_MEMBER = GroupCache.NOT_A_MEMBER
 _FAILED = -1  # a size: the sender could not serialize its object (TypeError everywhere)
 _NOT_A_LIST = -2  # a size: scatter_object's source got no list of the right length (ValueError)
 
@@ -79,7 +78,7 @@ def all_gather_object(
     model: ModelContract, obj: Any, group: Any, serializer: Serializer | None
 ) -> list[Any]:
     resolved = model.groups.resolve(group)
-    if resolved is _NOT_A_MEMBER:
+    if resolved is NOT_A_MEMBER:
         return [obj]
     channel, device = model._object_transport(resolved)
     frame, sizes = _encode_everywhere(model, obj, serializer, channel, device, "all_gather_object")
@@ -102,7 +101,7 @@ def gather_object(
 ) -> list[Any]:
     resolved = model.groups.resolve(group)
     model.check_root("dst", dst, resolved)
-    if resolved is _NOT_A_MEMBER:
+    if resolved is NOT_A_MEMBER:
         return []
     channel, device = model._object_transport(resolved)
     frame, sizes = _encode_everywhere(model, obj, serializer, channel, device, "gather_object")
@@ -117,7 +116,7 @@ def broadcast_object(
 ) -> Any:
     resolved = model.groups.resolve(group)
     model.check_root("src", src, resolved)
-    if resolved is _NOT_A_MEMBER:
+    if resolved is NOT_A_MEMBER:
         return obj
     channel, device = model._object_transport(resolved)
     is_src = model.get_rank() == src
@@ -143,7 +142,7 @@ def scatter_object(
 ) -> Any:
     resolved = model.groups.resolve(group)
     model.check_root("src", src, resolved)
-    if resolved is _NOT_A_MEMBER:
+    if resolved is NOT_A_MEMBER:
         return None
     channel, device = model._object_transport(resolved)
     size, me = model._group_size(resolved), model._group_rank(resolved)

@@ -17,7 +17,7 @@ import torch
 
 from distbridge.algorithms import byte_view, carriers, codec, shape_rows
 from distbridge.algorithms.checks import check_dense, check_reducible
-from distbridge.algorithms.groups import GroupCache
+from distbridge.algorithms.groups import NOT_A_MEMBER
 from distbridge.algorithms.in_place import divide_, write_back
 from distbridge.algorithms.values import gather_values
 
@@ -33,8 +33,6 @@ __all__ = [
     "scatter",
     "scatter_known",
 ]
-
-_NOT_A_MEMBER = GroupCache.NOT_A_MEMBER
 
 
 def _longest(shapes: Sequence[Sequence[int]]) -> int:
@@ -70,7 +68,7 @@ def reduce(model: ModelContract, x: Any, dst: int, op: str, group: Any) -> Any:
         )
     resolved = model.groups.resolve(group)
     model.check_root("dst", dst, resolved)
-    if resolved is _NOT_A_MEMBER:
+    if resolved is NOT_A_MEMBER:
         return x
     if not isinstance(x, torch.Tensor):
         total = model.all_reduce(x, name, group)  # a number: one tiny collective either way
@@ -99,7 +97,7 @@ def gather(
     shape_rows.check_flag("same_shape", same_shape)
     if same_shape and not isinstance(x, torch.Tensor):
         raise TypeError(f"gather(same_shape=True) takes a tensor, got {type(x).__name__}.")
-    if resolved is _NOT_A_MEMBER:
+    if resolved is NOT_A_MEMBER:
         return []
     is_dst = model.get_rank() == dst
     if not isinstance(x, torch.Tensor):
@@ -143,7 +141,7 @@ def all_gather_with_shapes(
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}.")
     resolved = model.groups.resolve(group)
-    if resolved is _NOT_A_MEMBER:
+    if resolved is NOT_A_MEMBER:
         return [tensor]
     size, me = model._group_size(resolved), model._group_rank(resolved)
     if not isinstance(shapes, Sequence) or not all(isinstance(s, Sequence) for s in shapes):
@@ -216,7 +214,7 @@ def scatter(model: ModelContract, tensors: Any, src: int, group: Any, out: Any =
     model.check_root("src", src, resolved)
     if out is not None and shape_rows.row(out)[0] == shape_rows.BAD:
         raise TypeError(shape_rows.why_bad(out, "scatter's out"))
-    if resolved is _NOT_A_MEMBER:
+    if resolved is NOT_A_MEMBER:
         return None
     size, me = model._group_size(resolved), model._group_rank(resolved)
     is_src = model.get_rank() == src
@@ -325,7 +323,7 @@ def reduce_scatter(model: ModelContract, tensor: Any, op: str, group: Any) -> An
         raise TypeError(f"reduce_scatter takes a tensor, got {type(tensor).__name__}.")
     check_reducible(tensor, name, "reduce_scatter")
     resolved = model.groups.resolve(group)
-    if resolved is _NOT_A_MEMBER:
+    if resolved is NOT_A_MEMBER:
         return tensor
     size = model._group_size(resolved)
     shape_rows.check_equal_chunks("reduce_scatter", tensor, size, "")

@@ -25,7 +25,7 @@ from distbridge.algorithms import byte_view, carriers, codec, shape_rows
 from distbridge.algorithms.c10d_rules import backend_op
 from distbridge.algorithms.checks import check_dense, check_reducible
 from distbridge.algorithms.fold import fold
-from distbridge.algorithms.groups import GroupCache, is_mesh, mesh_group
+from distbridge.algorithms.groups import NOT_A_MEMBER, is_mesh, mesh_group
 from distbridge.algorithms.in_place import divide_
 
 if TYPE_CHECKING:
@@ -42,7 +42,6 @@ __all__ = [
     "scatter",
 ]
 
-_NOT_A_MEMBER = GroupCache.NOT_A_MEMBER
 #: canonical op -> the functional collectives' name for it
 _FUNCOL_OPS = {"SUM": "sum", "PRODUCT": "product", "MIN": "min", "MAX": "max",
                "AND": "band", "OR": "bor", "AVG": "avg"}  # fmt: skip
@@ -58,7 +57,7 @@ def _resolve(model: ModelContract, group: Any) -> Any:
         resolved = mesh_group(group, model.name, model.functional_collectives)
     elif isinstance(group, (list, tuple, range)):
         if len(group) == 0:  # a group no rank belongs to, as in eager code
-            return _NOT_A_MEMBER
+            return NOT_A_MEMBER
         resolved = model.groups.cached(group)
         if resolved is None:
             raise ValueError(
@@ -69,7 +68,7 @@ def _resolve(model: ModelContract, group: Any) -> Any:
     else:
         model._check_group(group)
         resolved = group
-    return _NOT_A_MEMBER if model._group_rank(resolved) < 0 else resolved
+    return NOT_A_MEMBER if model._group_rank(resolved) < 0 else resolved
 
 
 def _process_group(resolved: Any) -> Any:
@@ -140,7 +139,7 @@ def all_reduce(model: ModelContract, x: torch.Tensor, op: str, group: Any) -> to
     name = codec.canonical_op(op, model.reduce_ops, model.name)
     check_reducible(x, name)
     resolved = _resolve(model, group)
-    if resolved is _NOT_A_MEMBER:
+    if resolved is NOT_A_MEMBER:
         return x
     return _write(x, _reduced(model, x, name, resolved))
 
@@ -151,7 +150,7 @@ def reduce(model: ModelContract, x: torch.Tensor, dst: int, op: str, group: Any)
     check_reducible(x, name, "reduce")
     resolved = _resolve(model, group)
     model.check_root("dst", dst, resolved)
-    if resolved is _NOT_A_MEMBER:
+    if resolved is NOT_A_MEMBER:
         return x
     out = _reduced(model, x, name, resolved)
     return _write(x, out) if model.get_rank() == dst else x
@@ -161,7 +160,7 @@ def all_gather(model: ModelContract, x: torch.Tensor, group: Any) -> torch.Tenso
     """``all_gather`` of a tensor inside a compiled region."""
     check_dense(x, "all_gather")
     resolved = _resolve(model, group)
-    if resolved is _NOT_A_MEMBER:
+    if resolved is NOT_A_MEMBER:
         return x
     x = x.unsqueeze(0) if x.dim() == 0 else x
     size = model._group_size(resolved)
@@ -174,7 +173,7 @@ def broadcast(model: ModelContract, x: torch.Tensor, src: int, group: Any) -> to
     check_dense(x, "broadcast")
     resolved = _resolve(model, group)
     model.check_root("src", src, resolved)
-    if resolved is _NOT_A_MEMBER:
+    if resolved is NOT_A_MEMBER:
         return x
     root = src if resolved is None else dist.get_group_rank(resolved, src)
     sent = _sendable(model, x)
@@ -188,7 +187,7 @@ def gather(model: ModelContract, x: torch.Tensor, dst: int, group: Any) -> list[
     """``gather`` inside a compiled region: every rank's tensor has ``x``'s shape."""
     resolved = _resolve(model, group)
     model.check_root("dst", dst, resolved)
-    if resolved is _NOT_A_MEMBER:
+    if resolved is NOT_A_MEMBER:
         return []
     rows = all_gather(model, x.unsqueeze(0), group)
     return list(rows.unbind(0)) if model.get_rank() == dst else []
@@ -199,7 +198,7 @@ def scatter(model: ModelContract, tensors: Any, src: int, group: Any, out: Any) 
     group rank r, by one all-to-all in which only ``src`` sends."""
     resolved = _resolve(model, group)
     model.check_root("src", src, resolved)
-    if resolved is _NOT_A_MEMBER:
+    if resolved is NOT_A_MEMBER:
         return None
     size, is_src = model._group_size(resolved), model.get_rank() == src
     if not isinstance(out, torch.Tensor):  # on every rank alike: no rank waits for another
@@ -229,7 +228,7 @@ def reduce_scatter(model: ModelContract, x: torch.Tensor, op: str, group: Any) -
     name = codec.canonical_op(op, model.reduce_ops, model.name)
     check_reducible(x, name, "reduce_scatter")
     resolved = _resolve(model, group)
-    if resolved is _NOT_A_MEMBER:
+    if resolved is NOT_A_MEMBER:
         return x
     size = model._group_size(resolved)
     shape_rows.check_equal_chunks("reduce_scatter", x, size, "")
@@ -242,7 +241,7 @@ def all_to_all(model: ModelContract, tensors: Any, group: Any) -> list[torch.Ten
     tensors of one shape, the chunks received having that shape too."""
     resolved = _resolve(model, group)
     single = isinstance(tensors, torch.Tensor)
-    if resolved is _NOT_A_MEMBER:
+    if resolved is NOT_A_MEMBER:
         return tensors if single else list(tensors)
     size = model._group_size(resolved)
     x = tensors if single else torch.stack(list(tensors))

@@ -22,7 +22,7 @@ from distbridge.algorithms import codec, object_frames
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract
 
-__all__ = ["broadcast_value", "gather_values"]
+__all__ = ["broadcast_failure", "broadcast_value", "gather_values"]
 
 _WORDS = 8  # header: kind, field a, field b, 5 words (40 bytes) of inline payload
 _INLINE = 8 * (_WORDS - 3)
