@@ -128,9 +128,20 @@ class BackendPrimitives(ABC):
         The facade passes ``backend=``, and ``activate=`` to a model whose
         ``spawn_takes_activate`` is True: a context-manager factory that pickles by
         reference; each worker runs ``fn`` inside ``activate(model)``, so that the facade's
-        functions use the worker's own model. Other keywords are the model's spawn options.
-        Default (a model that starts no workers, as the serial one): ValueError.
+        functions use the worker's own model. Other keywords are the model's spawn options,
+        checked here; ``_launcher`` says which function of ``distbridge.launch`` starts the
+        workers.
         """
+        cls._check_spawn_options(kwargs)
+        launch = cls._launcher(kwargs)
+        return launch(cls.from_backend, fn, args, kwargs_dict, nproc_per_node, **kwargs)
+
+    @classmethod
+    def _launcher(cls, options: dict[str, Any]) -> Callable[..., SpawnResult]:
+        """What starts this model's workers for the spawn ``options``; it takes
+        ``(make_model, fn, args, kwargs_dict, nproc_per_node, **options)``, and may drop from
+        ``options`` what its launcher does not take. Default (a model that starts no workers,
+        as the serial one): ValueError."""
         raise ValueError(
             f"The {cls.name} model cannot spawn processes; name a backend such as 'gloo'."
         )

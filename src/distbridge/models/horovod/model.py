@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -156,20 +156,12 @@ class HorovodModel(ComputationModel):
 
     @classmethod
     @override
-    def spawn(
-        cls,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs_dict: Mapping[str, Any],
-        nproc_per_node: int,
-        **kwargs: Any,
-    ) -> SpawnResult:
-        cls._check_spawn_options(kwargs)
-        kwargs.pop("backend", None)
+    def _launcher(cls, options: dict[str, Any]) -> Callable[..., SpawnResult]:
+        options.pop("backend", None)
         reason = unavailable()
         if reason is not None:
             raise BackendUnavailableError(f"Backend 'horovod' is not available: {reason}.")
-        return spawn_horovod(cls.from_backend, fn, args, kwargs_dict, nproc_per_node, **kwargs)
+        return spawn_horovod
 
     # ---- queries -----------------------------------------------------------------------------
 

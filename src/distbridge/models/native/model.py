@@ -8,6 +8,7 @@ store; adopting a context never communicates.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -155,25 +156,10 @@ class NativeModel(ComputationModel):
 
     @classmethod
     @override
-    def spawn(
-        cls,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs_dict: Mapping[str, Any],
-        nproc_per_node: int,
-        **kwargs: Any,
-    ) -> SpawnResult:
-        cls._check_spawn_options(kwargs)
-        gpu_problem = spawn_gpu_problem if kwargs.get("backend") == "nccl" else None
-        return spawn_native(
-            cls.from_backend,
-            fn,
-            args,
-            kwargs_dict,
-            nproc_per_node,
-            gpu_problem=gpu_problem,
-            **kwargs,
-        )
+    def _launcher(cls, options: dict[str, Any]) -> Callable[..., SpawnResult]:
+        if options.get("backend") == "nccl":
+            return functools.partial(spawn_native, gpu_problem=spawn_gpu_problem)
+        return spawn_native
 
     # ---- queries -----------------------------------------------------------------------------
 

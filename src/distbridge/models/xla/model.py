@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -174,16 +174,8 @@ class XlaModel(ComputationModel):
 
     @classmethod
     @override
-    def spawn(
-        cls,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs_dict: Mapping[str, Any],
-        nproc_per_node: int,
-        **kwargs: Any,
-    ) -> SpawnResult:
-        cls._check_spawn_options(kwargs)
-        return spawn_xla(cls.from_backend, fn, args, kwargs_dict, nproc_per_node, **kwargs)
+    def _launcher(cls, options: dict[str, Any]) -> Callable[..., SpawnResult]:
+        return spawn_xla
 
     # ---- queries -----------------------------------------------------------------------------
 
