@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import HashStore, PrefixStore, TCPStore  # where torch defines them
 from torch.distributed import distributed_c10d as _c10d
+from torch.distributed.constants import default_pg_timeout
 
 from distbridge import environments
 from distbridge.environments import LaunchEnvironment
@@ -78,7 +79,14 @@ def init_process_group(
         extra["device_id"] = device_id
     launch = environments.detect()
     if init_method is not None or rank is not None or world_size is not None:
-        _explicit_init(backend, extra, init_method or "env://", rank, world_size, launch)
+        # rank and world size not given: the launcher's (RANK / WORLD_SIZE), as ignite reads them
+        if launch is not None:
+            rank = launch.rank if rank is None else rank
+            world_size = launch.world_size if world_size is None else world_size
+        init_method = init_method or "env://"
+        if init_method.startswith("env://"):
+            fill_rendezvous_defaults()
+        _meet_peers(backend, extra, init_method, rank, world_size)
     elif launch is None or (launch.world_size == 1 and launch.launcher != _TORCHELASTIC):
         dist.init_process_group(backend, store=HashStore(), rank=0, world_size=1, **extra)
     elif launch.launcher != _TORCHELASTIC and backend == "mpi":
@@ -125,25 +133,6 @@ def fill_rendezvous_defaults() -> list[str]:
             os.environ[key] = value
             filled.append(key)
     return filled
-
-
-def _explicit_init(
-    backend: str,
-    extra: dict[str, Any],
-    init_method: str,
-    rank: int | None,
-    world_size: int | None,
-    launch: LaunchEnvironment | None,
-) -> None:
-    """``init_process_group`` with an ``init_method`` (``_meet_peers``); rank and world size
-    not given come from the launcher's variables (RANK / WORLD_SIZE), as ignite reads them."""
-    if rank is None and launch is not None:
-        rank = launch.rank
-    if world_size is None and launch is not None:
-        world_size = launch.world_size
-    if init_method.startswith("env://"):
-        fill_rendezvous_defaults()
-    _meet_peers(backend, extra, init_method, rank, world_size)
 
 
 def _meet_peers(
@@ -236,7 +225,7 @@ def rendezvous_address(launch: LaunchEnvironment) -> tuple[str, int]:
 def _launcher_store(launch: LaunchEnvironment, timeout: timedelta | None) -> Any:
     """Rank 0 hosts a TCPStore at the launcher's rank 0 address; the others connect to it."""
     addr, port = rendezvous_address(launch)
-    wait = timeout or _default_timeout()
+    wait = timeout or default_pg_timeout
     try:
         if launch.rank == 0:
             store = _hosted_store(addr, port)
@@ -261,18 +250,12 @@ def _hosted_store(addr: str, port: int) -> Any:
     initializes again before rank 0 has finalized would otherwise reach the old store just
     before it closes. Each initialization uses keys of its own (``_per_initialization``).
     """
-    return TCPStore(addr, port, is_master=True, wait_for_workers=False, timeout=_default_timeout())
+    return TCPStore(addr, port, is_master=True, wait_for_workers=False, timeout=default_pg_timeout)
 
 
 #: The longest a worker waits to reach the store of a job started by another machine (node 0
 #: of a multi-node ``spawn``, torchrun's agent); ``timeout=`` makes it shorter.
 RENDEZVOUS_TIMEOUT = timedelta(minutes=10)
-
-
-def _default_timeout() -> timedelta:
-    from torch.distributed.constants import default_pg_timeout
-
-    return default_pg_timeout
 
 
 def _agent_store_client(launch: LaunchEnvironment, timeout: timedelta | None) -> Any:
@@ -282,7 +265,7 @@ def _agent_store_client(launch: LaunchEnvironment, timeout: timedelta | None) ->
             f"{AGENT_STORE_VAR}=True but MASTER_ADDR / MASTER_PORT are not set: the launcher's "
             "store cannot be found. Set both, or unset the variable."
         )
-    wait = timeout or _default_timeout()
+    wait = timeout or default_pg_timeout
     connect = min(wait, RENDEZVOUS_TIMEOUT)
     try:
         store = TCPStore(
