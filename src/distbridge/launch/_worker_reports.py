@@ -61,7 +61,6 @@ class Worker:
     process: BaseProcess
     conn: Connection
     report: Report | None = None
-    conn_closed: bool = False  # the pipe hit EOF without a report
 
     def describe(self) -> str:
         return f"Worker rank {self.rank} (local rank {self.index}, pid {self.process.pid})"

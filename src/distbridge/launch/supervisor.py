@@ -301,7 +301,7 @@ def _wait(running: list[Worker], signals: SignalWatch, timeout: float) -> set[An
     watched: list[Any] = [signals.fd]
     for worker in running:
         watched.append(worker.process.sentinel)
-        if not worker.conn_closed:
+        if not worker.conn.closed:
             watched.append(worker.conn)
     ready = set(wait(watched, timeout))
     if signals.fd in ready:
@@ -310,12 +310,12 @@ def _wait(running: list[Worker], signals: SignalWatch, timeout: float) -> set[An
 
 
 def _receive(worker: Worker) -> None:
-    if worker.report is not None or worker.conn_closed or not worker.conn.poll(0):
+    if worker.report is not None or worker.conn.closed or not worker.conn.poll(0):
         return
     try:
         worker.report = pickle.loads(worker.conn.recv_bytes())
     except EOFError:  # closed without a report; the exit code tells the rest
-        worker.conn_closed = True
+        worker.conn.close()
     except Exception as exc:
         worker.report = ("error", "", "PicklingError", f"its result could not be unpickled: {exc}")
 
