@@ -240,5 +240,11 @@ def test_arguments_are_validated() -> None:
         run_workers(targets.large_value, 1, start_method="spwan")
     assert "Unknown start_method 'spwan'" in str(excinfo.value)
     assert "Did you mean 'spawn'?" in str(excinfo.value)
-    with pytest.raises(ValueError, match="job_timeout must be"):
+    with pytest.raises(ValueError, match="job_timeout must be a number of seconds > 0 or None"):
         run_workers(targets.large_value, 1, job_timeout=0)
+    with pytest.raises(ValueError, match=r"job_timeout must be .*, got True"):
+        run_workers(targets.large_value, 1, job_timeout=True)
+    with pytest.raises(ValueError, match=r"grace_seconds must be a number of seconds >= 0, got -1"):
+        run_workers(targets.large_value, 1, grace_seconds=-1)
+    with pytest.raises(ValueError, match="peer_window must be a number of seconds >= 0, got nan"):
+        run_workers(targets.large_value, 1, peer_window=float("nan"))
