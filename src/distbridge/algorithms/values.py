@@ -27,7 +27,9 @@ __all__ = ["broadcast_failure", "broadcast_value", "gather_values"]
 _WORDS = 8  # header: kind, field a, field b, 5 words (40 bytes) of inline payload
 _INLINE = 8 * (_WORDS - 3)
 _SEND_FAILED = 0  # header kind: the sender could not encode its value (field a: which error)
-_TEXT_KINDS = (codec.KIND_STR, codec.KIND_PATH)
+_TEXT_KINDS = frozenset((codec.KIND_STR, codec.KIND_PATH))
+#: the kinds one gather takes together: numbers, text or objects, never a mix
+_ALIKE = (codec.NUMBER_KINDS, _TEXT_KINDS, frozenset((codec.KIND_OBJECT,)))
 
 
 def _header(model: ModelContract, kind: int, a: int = 0, b: int = 0, inline: bytes = b"") -> Any:
@@ -115,12 +117,6 @@ def broadcast_failure(model: ModelContract, error: Exception, src: int, group: A
     model._do_broadcast(_header(model, _SEND_FAILED, _failure_code(error)), src, group)
 
 
-def _category(kind: int) -> str:
-    if kind in codec.NUMBER_KINDS:
-        return "number"
-    return "text" if kind in _TEXT_KINDS else "object"
-
-
 def gather_values(model: ModelContract, value: Any, group: Any) -> list[Any]:
     """All-gather non-tensor values; each comes back with its sender's exact type."""
     failure: Exception | None = None
@@ -133,19 +129,19 @@ def gather_values(model: ModelContract, value: Any, group: Any) -> list[Any]:
     rows = gathered.cpu().numpy().reshape(-1, _WORDS)
     header = [(int(r[0]), int(r[1])) for r in rows]
     _raise_if_failed(header, failure)
-    categories = {_category(k) for k, _ in header}
-    if len(categories) > 1:
+    kinds = {k for k, _ in header}
+    if not any(kinds <= alike for alike in _ALIKE):
         # Every rank sees the same header table, so every rank raises here together.
         table = ", ".join(f"rank {r}: {codec.KIND_NAMES[k]}" for r, (k, _) in enumerate(header))
         raise TypeError(f"all_gather got values of different kinds across ranks ({table}).")
-    if categories == {"number"}:
+    if kinds <= codec.NUMBER_KINDS:
         return [codec.decode_number(bits, k) for k, bits in header]
     sizes = [n for _, n in header]
     if max(sizes) <= _INLINE:
         chunks = [_inline_bytes(row, n) for row, n in zip(rows, sizes, strict=True)]
     else:
         chunks = _gather_bytes(model, payload, sizes, group)
-    return [  # objects: every rank asked for them (one category)
+    return [  # objects: every rank asked for them (kinds alike)
         object_frames.loads(chunk) if k == codec.KIND_OBJECT else codec.decode_text(chunk, k)
         for (k, _), chunk in zip(header, chunks, strict=True)
     ]
