@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 import distbridge as idist
 from distbridge import _state
+from distbridge.models.base import COLLECTIVES
 from distbridge.testing import faults, telemetry
-from distbridge.testing._interpose import OPS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("serial_model")
 
 
 def _shadowed() -> set[str]:
-    return {name for name in OPS if name in vars(_state.current())}
+    return {name for name in COLLECTIVES if name in vars(_state.current())}
 
 
 class BoomError(Exception):
@@ -141,10 +141,10 @@ def test_a_fault_for_other_ranks_installs_nothing() -> None:
 def test_faults_and_telemetry_stack_and_unwind() -> None:
     with telemetry.record() as rec:
         with faults.inject(faults.Raise(BoomError()), op="all_reduce", call=1):
-            assert _shadowed() == set(OPS)
+            assert _shadowed() == set(COLLECTIVES)
             with pytest.raises(BoomError):
                 idist.all_reduce(torch.ones(1))
-        assert _shadowed() == set(OPS)
+        assert _shadowed() == set(COLLECTIVES)
         idist.all_reduce(torch.ones(1))
     assert _shadowed() == set()
     assert [c.op for c in rec.calls] == ["all_reduce"]  # the raising call is not recorded

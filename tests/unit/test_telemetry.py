@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 import distbridge as idist
 from distbridge import _state
+from distbridge.models.base import COLLECTIVES
 from distbridge.testing import telemetry
-from distbridge.testing._interpose import OPS
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16,
           torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64]  # fmt: skip
@@ -33,7 +33,7 @@ def _line() -> int:
 
 
 def _shadowed(model: Any) -> set[str]:
-    return {name for name in OPS if name in vars(model)}
+    return {name for name in COLLECTIVES if name in vars(model)}
 
 
 @settings(max_examples=60, deadline=None)
@@ -117,7 +117,7 @@ def test_leaving_the_block_leaves_the_model_as_it_was() -> None:
     model = _state.current()
     assert _shadowed(model) == set()
     with telemetry.record() as rec:
-        assert _shadowed(model) == set(OPS)
+        assert _shadowed(model) == set(COLLECTIVES)
         idist.all_reduce(torch.ones(1))
     assert _shadowed(model) == set()
     assert vars(model).keys().isdisjoint({"_distbridge_interposed"})

@@ -22,17 +22,8 @@ from typing import Any, Final
 from distbridge.errors import suggest
 from distbridge.models.base import COLLECTIVES, ComputationModel
 
-__all__ = [
-    "OPS",
-    "SPECS",
-    "Layer",
-    "OpSpec",
-    "check_op",
-    "installed",
-]
+__all__ = ["SPECS", "Layer", "OpSpec", "check_op", "installed"]
 
-# The public collectives of ComputationModel, each a facade function of the same name.
-OPS: Final = COLLECTIVES
 #: each model's installed layers; kept here, not on the model (the layers below the models
 #: touch only what distbridge.model_contract names, tests/unit/test_model_contract.py)
 _INSTALLED: weakref.WeakKeyDictionary[ComputationModel, _Installed] = weakref.WeakKeyDictionary()
@@ -69,7 +60,7 @@ def _spec(name: str) -> OpSpec:
     return OpSpec(name, None if name == "barrier" else params[0], params.index("group"))
 
 
-SPECS: Final = {name: _spec(name) for name in OPS}
+SPECS: Final = {name: _spec(name) for name in COLLECTIVES}
 
 
 def check_op(op: object) -> str:
@@ -79,7 +70,7 @@ def check_op(op: object) -> str:
     if op not in SPECS:
         raise ValueError(
             f"op={op!r} is not a distbridge collective. Choose one of: "
-            f"{', '.join(OPS)}.{suggest(op, OPS)}"
+            f"{', '.join(COLLECTIVES)}.{suggest(op, COLLECTIVES)}"
         )
     return op
 
@@ -87,10 +78,8 @@ def check_op(op: object) -> str:
 class Layer(ABC):
     """Sees the outermost calls of the collectives in `ops` of the model it is installed on."""
 
-    ops: Iterable[str] = OPS
-
-    def __init__(self) -> None:
-        self._depth = 0  # > 0 while one of this layer's calls runs
+    ops: Iterable[str] = COLLECTIVES
+    _depth = 0  # > 0 while one of this layer's calls runs (each layer counts its own)
 
     @abstractmethod
     def intercept(
@@ -128,7 +117,7 @@ def _wrap(layer: Layer, spec: OpSpec, inner: Callable[..., Any]) -> Callable[...
 
 
 def _rebuild(model: ComputationModel, state: _Installed) -> None:
-    for name in OPS:
+    for name in COLLECTIVES:
         call = state.base.get(name)
         for layer in state.layers:
             if name in layer.ops:
@@ -144,7 +133,7 @@ def installed(layer: Layer, model: ComputationModel) -> Iterator[ComputationMode
     """Interpose ``layer`` on ``model``'s collectives for the block; removed on exit."""
     state = _INSTALLED.get(model)
     if state is None:
-        before = {name: model.interposed(name) for name in OPS}
+        before = {name: model.interposed(name) for name in COLLECTIVES}
         state = _INSTALLED[model] = _Installed({k: v for k, v in before.items() if v is not None})
     if layer in state.layers:
         raise RuntimeError(f"{layer!r} is already installed; leave its block before reusing it.")

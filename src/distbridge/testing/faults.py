@@ -222,7 +222,6 @@ class Injection(Layer):
     fired: bool = False
 
     def __post_init__(self) -> None:
-        super().__init__()
         self.ops = (self.op,) if self.active else ()
 
     def intercept(
@@ -266,19 +265,12 @@ def inject(
     rank: int | Collection[int] | None = None,
 ) -> Iterator[Injection]:
     """Make ``action`` happen at this rank's ``call``-th ``op`` in the block, if this rank is
-    ``rank`` (or in ``rank``; None: every rank).
+    ``rank`` (or in ``rank``; None: every rank); on the other ranks the block does nothing.
 
-    Args:
-        action: `Raise`, `Exit`, `Kill`, `Sleep`, `Skip`, `WrongDtype`, `WrongShape` or
-            `Transform`.
-        op: the collective, by its facade name (``"all_reduce"``, ``"barrier"``, ...).
-        call: which call fires, counted from 1 at the block's start (calls the model makes
-            inside another collective do not count).
-        rank: the global rank(s) the fault is for; the block does nothing on the others.
-
-    Yields:
-        The `Injection`: ``fired`` says whether the fault happened, ``calls`` how many
-        ``op`` calls this rank made in the block.
+    ``op`` is the collective's facade name (``"all_reduce"``, ``"barrier"``, ...); ``call``
+    counts from 1 at the block's start (calls the model makes inside another collective do
+    not count). It yields the `Injection`: ``fired`` says whether the fault happened,
+    ``calls`` how many ``op`` calls this rank made in the block.
 
     Example:
         >>> with inject(Skip(), op="barrier", call=1, rank=1) as fault:

@@ -168,7 +168,6 @@ class Recording(Layer):
         keep_calls: bool,
         on_call: Callable[[CallRecord], None] | None,
     ) -> None:
-        super().__init__()
         self.rank = model.get_rank()
         self._model = model
         self._world_size = model.get_world_size()
@@ -286,18 +285,15 @@ def record(
     on_call: Callable[[CallRecord], None] | None = None,
 ) -> Iterator[Recording]:
     """Record every collective call this process makes in the block, through the facade
-    (``idist.all_reduce``, ``idist.all_gather_object``, ...).
+    (``idist.all_reduce``, ``idist.all_gather_object``, ...), in the `Recording` it yields;
+    read it in or after the block. A call that raises is not recorded. Bytes are the
+    input's: a tensor's ``numel() * element_size()``, the sum over a list of tensors, 8 for a
+    Python number, a str's UTF-8 bytes, 0 for other objects.
 
-    Args:
-        profile: also label each call ``distbridge.<op>`` for ``torch.profiler``.
-        keep_calls: keep one `CallRecord` per call in ``calls``; False keeps only the sums
-            that ``summary()`` needs (memory that does not grow with the calls).
-        on_call: called with each `CallRecord` right after its call returns.
-
-    Yields:
-        The `Recording`; read it in or after the block. A call that raises is not recorded.
-        Bytes are the input's: a tensor's ``numel() * element_size()``, the sum over a list
-        of tensors, 8 for a Python number, a str's UTF-8 bytes, 0 for other objects.
+    ``profile`` also labels each call ``distbridge.<op>`` for ``torch.profiler``.
+    ``keep_calls`` keeps one `CallRecord` per call in ``calls``; False keeps only the sums
+    that ``summary()`` needs (memory that does not grow with the calls). ``on_call`` is
+    called with each `CallRecord` right after its call returns.
 
     Example:
         >>> with record() as rec:
