@@ -67,12 +67,8 @@ class Outcome:
 
 
 def make_task(task_id: int, fn: Callable[..., Any], kwargs: Mapping[str, Any] | None) -> Task:
-    """A `Task` that calls ``fn(**kwargs)``; refuses what the ranks could not find or receive.
-
-    Raises:
-        TypeError: ``fn`` is not a top-level function of a module with a file, or a
-            keyword argument does not pickle (the message names it).
-    """
+    """A `Task` that calls ``fn(**kwargs)``; TypeError when the ranks could not find ``fn``
+    (not a top-level function of a module file) or receive an argument (it does not pickle)."""
     name = getattr(fn, "__qualname__", None)
     module = sys.modules.get(getattr(fn, "__module__", None) or "")
     path = None if module is None else getattr(module, "__file__", None)

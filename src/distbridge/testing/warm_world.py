@@ -4,15 +4,12 @@
 torch.distributed job, kept up between tests. ``run(fn, kwargs)`` has every rank import
 ``fn``'s module (once) and call ``fn(**kwargs)``; each answers passed, or its traceback.
 
-- A rank that raises fails together (`_worker`): its peers raise `PeerFailed` and get
-  ``PEER_WINDOW_SECONDS`` to answer.
-- The ranks still running past the timeout (or that window) write their Python stacks
-  (SIGUSR1) to their logs, for the `WorldRun` report; at the timeout it also gives the
-  hang verdict from the ranks' collective ledgers, asked through the world's store.
-- After any failure the world is stopped (SIGKILL to each rank's process group); the next
-  ``run`` starts a fresh one. Nothing outlives the parent (PR_SET_PDEATHSIG).
-- SIGUSR2 to the parent while a test runs is passed on to the ranks: each writes its hang
-  report (to `report_dir` of the world's folder) and goes on.
+A rank that raises fails together (`_worker`): its peers raise `PeerFailed` and get
+``PEER_WINDOW_SECONDS`` to answer. The ranks still running past the timeout (or that
+window) write their Python stacks to their logs for the `WorldRun` report, which at the
+timeout also gives the hang verdict from the ranks' collective ledgers. After any failure
+the world is stopped and the next ``run`` starts a fresh one. SIGUSR2 to the parent while a
+test runs is passed on to the ranks, which write their hang reports and go on.
 """
 
 from __future__ import annotations
@@ -54,12 +51,9 @@ _OPTIONS = ("nproc", "backend", "timeout", "debug")
 class WarmWorld:
     """``nproc`` ranks of ``backend`` that stay up between `run` calls.
 
-    Args:
-        nproc: the number of ranks (processes).
-        backend: a torch.distributed backend ("gloo"; "nccl" with a GPU per rank), or None
-            for one serial rank (no process group).
-        debug: run the ranks in distbridge's debug mode.
-        start_timeout: seconds the ranks get to start and join.
+    ``backend`` is a torch.distributed backend ("gloo"; "nccl" with a GPU per rank), or None
+    for one serial rank (no process group). ``debug`` runs the ranks in distbridge's debug
+    mode; ``start_timeout`` is the seconds they get to start and join.
     """
 
     def __init__(
@@ -111,12 +105,9 @@ class WarmWorld:
         self.close()
 
     def start(self) -> None:
-        """Start the ranks and wait until each joined (a no-op while they are up).
-
-        Raises:
-            DistributedError: a rank failed or did not join within ``start_timeout``; the
-                message has its traceback or output. Nothing is left running.
-        """
+        """Start the ranks and wait until each joined (a no-op while they are up); a rank
+        that fails or does not join within ``start_timeout`` raises `DistributedError` with
+        its traceback or output, and nothing is left running."""
         if self._members:
             return
         check_main_module("spawn")
@@ -125,7 +116,10 @@ class WarmWorld:
         self._reports = report_dir(Path(folder).name)
         members: list[Member] = []
         self._stop = weakref.finalize(self, kill_ranks, members, folder)
-        env = self._env()
+        env: dict[str, str] = {}  # spawn's, with the world's store (none when serial)
+        if self.backend is not None:
+            self._store = host_store(0, self.nproc, 300, host="127.0.0.1")
+            env = job_env(self.nproc, port=self._store.port)
         for rank in range(self.nproc):
             log = Path(folder, f"rank{rank}.log")
             rank_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}
@@ -139,13 +133,6 @@ class WarmWorld:
             child_end.close()
         self._members = members
         self._wait_ready()
-
-    def _env(self) -> dict[str, str]:
-        """The ranks' environment, as spawn's, with the world's store (none when serial)."""
-        if self.backend is None:
-            return {}
-        self._store = host_store(0, self.nproc, 300, host="127.0.0.1")
-        return job_env(self.nproc, port=self._store.port)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.start_timeout
