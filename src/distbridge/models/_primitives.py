@@ -64,10 +64,9 @@ class BackendPrimitives(ABC):
             ones (``algorithms/traceable.py``); other models run their eager path there.
         reduce_ops: the reductions the model accepts (AVG is emulated unless
             ``_native_avg``).
-        groups: the group cache: ``group=`` arguments resolved, groups of ranks made once.
-        ledger: this rank's recent public collectives, per group (read by the hang verdict).
-        fast_all_to_all, fast_scatter, fast_gather: the kinds of tensor whose world
-            collective passed every check once (``algorithms/fast_path.py``).
+
+    The state every model keeps (``groups``, ``ledger``, the fast paths) is ``ModelContract``'s
+    to describe.
     """
 
     name: ClassVar[str]
@@ -281,10 +280,8 @@ class BackendPrimitives(ABC):
         """Block until every member of ``group`` arrives."""
 
     def _do_barrier_with(self, group: Any, async_op: bool, device_ids: list[int] | None) -> Any:
-        """A barrier with torch.distributed's options (validated): the handle of an
-        ``async_op`` barrier, else None. The default ignores ``device_ids`` and blocks in
-        ``_do_barrier``, then returns a finished handle; a backend with asynchronous barriers
-        or per-device barriers overrides it."""
+        """A barrier with torch.distributed's options: the handle of an ``async_op`` barrier,
+        else None. Default: ``_do_barrier``, ``device_ids`` ignored, a finished handle."""
         self._do_barrier(group)
         return CompletedBarrier() if async_op else None
 
@@ -363,10 +360,9 @@ class BackendPrimitives(ABC):
         out.copy_(self._do_all_gather(tensor, group).reshape(out.shape))
 
     def _coordination_store(self) -> Any | None:
-        """A ``torch.distributed.Store`` every rank of the world shares beside the communicator
-        (it works while a collective is wedged; keys under ``distbridge/``), made on first use
-        (on every rank alike: making it may take a collective) and cached. None where there is
-        no peer (the serial model, a world of one), and by default."""
+        """A ``torch.distributed.Store`` the whole world shares beside the communicator (it
+        works while a collective is wedged; keys under ``distbridge/``), made on first use on
+        every rank alike (it may take a collective). Default, and without peers: None."""
         return None
 
     def _object_transport(self, group: Any) -> tuple[Any, torch.device]:
@@ -474,19 +470,16 @@ class BackendPrimitives(ABC):
 
     def known_failure(self) -> tuple[int, str] | None:
         """The failure note this rank's watcher has already read, if any."""
-        together = self._together
-        return None if together is None else together.known_failure()
+        return None if self._together is None else self._together.known_failure()
 
     def failure_store(self) -> Any | None:
         """The store that holds the job's failure note (any view of it), if there is one."""
-        together = self._together
-        return None if together is None else together.store_of()
+        return None if self._together is None else self._together.store_of()
 
     def hang_verdict(self, notes: Mapping[int, str], wait: float) -> str | None:
         """The verdict from every rank's ledger, asked through the store for up to ``wait``
         seconds (``notes``: rank -> why it cannot answer); None without one."""
-        together = self._together
-        return None if together is None else together.verdict(notes, wait)
+        return None if self._together is None else self._together.verdict(notes, wait)
 
     def interpose(self, name: str, call: Callable[..., Any] | None) -> None:
         """Hand this model's public collective ``name`` to ``call`` (an instance attribute

@@ -37,7 +37,7 @@ class NativeBackends:
     """``NativeModel.backends``, read when asked: torch's nccl, gloo, mpi (and xccl where
     torch has it), then any backend registered with ``Backend.register_backend`` since."""
 
-    def __get__(self, instance: object, owner: type) -> tuple[str, ...]:
+    def __get__(self, _instance: object, _owner: type) -> tuple[str, ...]:
         return native_backends()
 
 
