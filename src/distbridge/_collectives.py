@@ -156,8 +156,7 @@ def new_group(ranks: Sequence[int], **kwargs: Any) -> Any:
     Every rank must call it (torch.distributed creates groups collectively). Without a
     distributed context, returns the validated list of ranks.
     """
-    model = _state.active  # current(), written out: one call fewer
-    return (model if model.is_current() else _state.resync()).new_group(ranks, **kwargs)
+    return _state.current().new_group(ranks, **kwargs)
 
 
 def all_gather_tensors_with_shapes(

@@ -16,7 +16,6 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 import torch
 
-from distbridge import _state
 from distbridge._collectives import all_reduce, broadcast, reduce
 from distbridge._state import current
 from distbridge._types import Group
@@ -52,10 +51,7 @@ def all_gather_object(
         >>> idist.all_gather_object({"rank": idist.get_rank()})
         [{'rank': 0}, {'rank': 1}]   # on each of 2 ranks
     """
-    model = _state.active  # current(), written out: one call fewer
-    return (model if model.is_current() else _state.resync()).all_gather_object(
-        obj, group, serializer
-    )
+    return current().all_gather_object(obj, group, serializer)
 
 
 def gather_object(
@@ -68,10 +64,7 @@ def gather_object(
         >>> idist.gather_object(idist.get_rank() * 10)
         [0, 10]   # on rank 0 of 2; [] on rank 1
     """
-    model = _state.active  # current(), written out: one call fewer
-    return (model if model.is_current() else _state.resync()).gather_object(
-        obj, dst, group, serializer
-    )
+    return current().gather_object(obj, dst, group, serializer)
 
 
 def broadcast_object(
@@ -86,10 +79,7 @@ def broadcast_object(
         >>> idist.broadcast_object({"lr": 0.1} if idist.get_rank() == 0 else None)
         {'lr': 0.1}   # on every rank
     """
-    model = _state.active  # current(), written out: one call fewer
-    return (model if model.is_current() else _state.resync()).broadcast_object(
-        obj, src, group, serializer
-    )
+    return current().broadcast_object(obj, src, group, serializer)
 
 
 def scatter_object(
@@ -104,10 +94,7 @@ def scatter_object(
         >>> idist.scatter_object(["a", "b"] if idist.get_rank() == 0 else None)
         'a'   # on rank 0; 'b' on rank 1
     """
-    model = _state.active  # current(), written out: one call fewer
-    return (model if model.is_current() else _state.resync()).scatter_object(
-        objs, src, group, serializer
-    )
+    return current().scatter_object(objs, src, group, serializer)
 
 
 # ---- dictionaries of metrics ------------------------------------------------------------------
