@@ -15,10 +15,8 @@ _PEER_FAILED = "PeerFailed"
 
 
 class RanksFailedError(DistributedError):
-    """A test failed, or ran past its timeout, on one or more ranks of a warm world.
-
-    The message holds every rank's traceback (or Python stack, for ranks that were stopped).
-    """
+    """A test failed, or ran past its timeout, on one or more ranks of a warm world; the
+    message holds every rank's traceback (or Python stack, for ranks that were stopped)."""
 
 
 @dataclass
