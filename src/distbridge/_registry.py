@@ -11,7 +11,7 @@ import importlib.metadata
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import overload
 
 from distbridge.errors import ArgumentTypeError, BackendUnavailableError, suggest
@@ -169,9 +169,6 @@ class RegisteredModels(Sequence["type[ComputationModel]"]):
 
     def __len__(self) -> int:
         return len(self._source.models())
-
-    def __iter__(self) -> Iterator[type[ComputationModel]]:
-        return iter(self._source.models())
 
     def __repr__(self) -> str:
         return f"[{', '.join(m.__name__ for m in self)}]"
