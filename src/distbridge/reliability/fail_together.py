@@ -250,16 +250,6 @@ def check_peers(store: Any, rank: int, doing: str) -> None:
         raise _stopped(note, rank, doing)
 
 
-def _await_note(store: Any, owner: ModelContract, wait: float) -> tuple[int, str] | None:
-    """The failure note, from this rank's watcher or the store, waiting up to ``wait`` s."""
-    deadline = time.monotonic() + wait
-    while (note := owner.known_failure() or read_failure(store)) is None:
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(_POLL_SECONDS)
-    return note
-
-
 def _peer_failure(op: str, err: RuntimeError, owner: ModelContract) -> PeerFailed | None:
     """The `PeerFailed` that explains ``err`` raised by ``op``, or None if nothing does."""
     known = owner.known_failure()
@@ -286,8 +276,11 @@ def _peer_failure(op: str, err: RuntimeError, owner: ModelContract) -> PeerFaile
                 "Every rank must call the same collectives in the same order: look for a "
                 f"collective that rank {gone} skips.",
             )
-        if _lost_peer(err):
-            note = _await_note(store, owner, NOTE_WAIT_SECONDS)
+    # a lost peer's note may be on its way (from the watcher, or the store)
+    deadline = time.monotonic() + (NOTE_WAIT_SECONDS if _lost_peer(err) else 0.0)
+    while note is None and time.monotonic() < deadline:
+        time.sleep(_POLL_SECONDS)
+        note = owner.known_failure() or read_failure(store)
     return None if note is None else _stopped(note, me, f"in {op}")
 
 

@@ -34,15 +34,10 @@ _CATEGORIES = {
 
 @dataclass(frozen=True)
 class Fingerprint:
-    """One rank's description of the collective it is about to run.
-
-    Attributes:
-        call: the collective's name, e.g. ``"all_reduce"``.
-        fields: (name, value) pairs every member must agree on.
-        notes: (name, value) pairs shown in a report but allowed to differ.
-        members: the global ranks of the group, sorted.
-        site: ``file:line in function`` of the user's call.
-    """
+    """One rank's description of the collective it is about to run: its name ``call``
+    (``"all_reduce"``), the (name, value) ``fields`` every member must agree on, the
+    ``notes`` shown in a report but allowed to differ, the group's global ranks
+    (``members``, sorted) and the ``site`` of the user's call (``file:line in function``)."""
 
     call: str
     fields: Fields

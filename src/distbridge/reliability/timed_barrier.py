@@ -239,12 +239,9 @@ class StoreBarrier:
     def wait(self, members: tuple[int, ...], timeout: float, name: str | None) -> None:
         """Arrive at the next barrier of the group ``members`` (global ranks, this one among
         them) and wait up to ``timeout`` seconds (``math.inf``: no limit, still logging) for
-        the others; ``name`` is named in the warnings and errors.
-
-        Raises:
-            BarrierTimeout: some members did not arrive within ``timeout``.
-            DistributedError: a member aborted the barrier, or the store stopped answering.
-        """
+        the others; ``name`` is named in the warnings and errors. `BarrierTimeout` when some
+        did not arrive in time; `DistributedError` when a member aborted the barrier or the
+        store stopped answering."""
         key = self._next_key(members)
         store = self._store
         store.set(f"{key}/r{self._rank}", b"1")

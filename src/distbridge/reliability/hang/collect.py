@@ -85,19 +85,12 @@ def collect(
     notes: Mapping[int, str] | None = None,
     engine: EngineTrace | None = None,
 ) -> list[RankReport]:
-    """Every rank's report: asked through ``store`` (the answers of up to ``wait`` seconds),
-    else what the rank last published, or last wrote to the dump directory when the store
-    has nothing of it (marked as not answered). A store that goes away during the wait
-    ends it: the answers received so far stand.
-
-    Args:
-        store: any view of the job's store.
-        world_size: the number of ranks.
-        me: this rank and its ledger, reported directly (not asked).
-        wait: how long to wait for answers; 0 only reads what was published.
-        notes: rank -> why it cannot answer (a failure note), e.g. "its process was killed".
-        engine: ``me``'s model's ``_engine_trace``, where its engine keeps a record.
-    """
+    """Every rank's report: asked through ``store`` (any view of the job's store) for up to
+    ``wait`` seconds (0: only read what was published), else what the rank last published,
+    or last wrote to the dump directory when the store has nothing of it (marked as not
+    answered; ``notes``: rank -> why it cannot, e.g. "its process was killed"). A store that
+    goes away during the wait ends it: the answers received so far stand. ``me``, this rank
+    and its ledger, is reported directly, with ``engine``, its model's ``_engine_trace``."""
     root = job_root(store)
     notes = dict(notes or {})
     failure = read_failure(root)
@@ -127,18 +120,14 @@ def collect(
 def read_dump_dir(path: str) -> tuple[list[RankReport], int]:
     """The reports the ranks wrote to dump directory ``path`` (``rank<r>.json``), as not
     asked: what each last wrote; and the world size they imply (the highest rank + 1).
-
-    Raises:
-        FileNotFoundError: ``path`` holds no ``rank<r>.json`` file.
-    """
+    FileNotFoundError when there is none."""
     reports = []
     for name in sorted(os.listdir(path)):
         if not (name.startswith("rank") and name.endswith(".json")):
             continue
         with open(os.path.join(path, name), encoding="utf-8") as data:
             loaded = json.load(data)
-        report = as_report(loaded, answered=True, asked=False)
-        reports.append(report)
+        reports.append(as_report(loaded, answered=True, asked=False))
     if not reports:
         raise FileNotFoundError(
             f"{path!r} holds no rank<r>.json file: set {DIR_ENV_VAR} to it before the job "

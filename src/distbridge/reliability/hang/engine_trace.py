@@ -39,16 +39,12 @@ EngineTrace = Callable[[int], Mapping[str, Any] | None]
 
 @dataclass(frozen=True)
 class EngineRecord:
-    """One collective in a rank's engine record.
-
-    Attributes:
-        seq: its number in its group, as the engine counts (torch's ``collective_seq_id``).
-        op: the engine's name for it, e.g. ``"gloo:all_reduce"``.
-        group: the group's global ranks, sorted; None for the world.
-        what: what it carried, e.g. ``"Float[3]"``.
-        state: the engine's state: ``"scheduled"``, ``"started"``, ``"completed"``, or
-            ``"ended"`` (torch retired it without saying it completed: it returned or failed).
-    """
+    """One collective in a rank's engine record: its number ``seq`` in its group as the
+    engine counts (torch's ``collective_seq_id``), the engine's name ``op`` for it
+    (``"gloo:all_reduce"``), the ``group``'s global ranks, sorted (None: the world),
+    ``what`` it carried (``"Float[3]"``) and the engine's ``state``: "scheduled", "started",
+    "completed", or "ended" (torch retired it without saying it completed: it returned or
+    failed)."""
 
     seq: int
     op: str

@@ -189,12 +189,9 @@ def descends_from(pid: int, ancestor: int) -> bool:
 
 
 def find_card(pid: int) -> JobCard:
-    """The card of process ``pid``, or of the lowest-ranked live rank below it.
-
-    Raises:
-        ProcessLookupError: no process ``pid``.
-        FileNotFoundError: neither it nor a process below it has a card.
-    """
+    """The card of process ``pid``, or of the lowest-ranked live rank below it;
+    ProcessLookupError when there is no process ``pid``, FileNotFoundError when neither it
+    nor a process below it has a card."""
     if not alive(pid):
         raise ProcessLookupError(f"There is no process {pid}: is the job still running?")
     prune_cards()  # a card left by a process that is gone is never read

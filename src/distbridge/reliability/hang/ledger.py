@@ -64,15 +64,11 @@ def positive_env(name: str, default: _N, convert: Callable[[str], _N], unit: str
 
 
 class GroupLog:
-    """The recent collectives of one group on this rank.
-
-    Attributes:
-        members: the group's global ranks, or None for the world.
-        seq: how many collectives of the group this rank started (the last one's number).
-        passed: the number of the last one that returned or raised; ``seq > passed`` means
-            this rank is inside collective ``seq`` now.
-        raised: beside ``ring``, the numbers of the kept ones that raised (0 elsewhere).
-    """
+    """The recent collectives of one group (its global ranks ``members``; None: the world)
+    on this rank: ``seq``, how many it started (the last one's number); ``passed``, the
+    number of the last one that returned or raised (``seq > passed``: this rank is inside
+    collective ``seq`` now); the last ``capacity`` entries in ``ring``, and beside it in
+    ``raised`` the numbers of those that raised (0 elsewhere)."""
 
     __slots__ = ("capacity", "members", "passed", "raised", "ring", "seq")
 
@@ -112,16 +108,11 @@ def _what(kind: Any, shape: Any) -> str:
 
 @dataclass(frozen=True)
 class Record:
-    """One collective in a rank's ledger.
-
-    Attributes:
-        seq: its number in its group on this rank (1 for the first).
-        op: the collective's name, e.g. ``"all_reduce"``.
-        group: the group's global ranks, sorted; None for the world.
-        what: what it carried, e.g. ``"float32[3]"``.
-        site: where it was called, ``"train.py:13 in main"``.
-        state: "waiting" (the rank is in it now), "done" or "raised".
-    """
+    """One collective in a rank's ledger: its number ``seq`` in its group on this rank (1 for
+    the first), the collective's name ``op`` (``"all_reduce"``), the ``group``'s global
+    ranks, sorted (None: the world), ``what`` it carried (``"float32[3]"``), the ``site`` it
+    was called from (``"train.py:13 in main"``) and its ``state``: "waiting" (the rank is in
+    it now), "done" or "raised"."""
 
     seq: int
     op: str

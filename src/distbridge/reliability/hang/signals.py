@@ -86,10 +86,9 @@ class _Watch:
         self.saved = {signum: signal.getsignal(signum) for signum in signals}
         for signum in signals:
             signal.signal(signum, self.in_main_thread)
-        read, write = os.pipe()
-        os.set_blocking(write, False)
-        self.read, self.write = read, write
-        self.old_wakeup = signal.set_wakeup_fd(write)
+        self.read, self.write = os.pipe()
+        os.set_blocking(self.write, False)
+        self.old_wakeup = signal.set_wakeup_fd(self.write)
         if self.old_wakeup != -1:  # taken: keep its owner's, handle in the main thread only
             signal.set_wakeup_fd(self.old_wakeup)
         self.thread = threading.Thread(target=self.run, name="distbridge-signals", daemon=True)
@@ -107,13 +106,9 @@ class _Watch:
             for signum in got:
                 if signum == DUMP_SIGNAL and DUMP_SIGNAL in self.saved:
                     self.dump()
-                elif signum == signal.SIGTERM and self.handles(signal.SIGTERM):
+                # a handler installed after this one (a `StopGuard`'s) decides what SIGTERM does
+                elif signum == signal.SIGTERM and signal.getsignal(signum) == self.in_main_thread:
                     self.terminate()
-
-    def handles(self, signum: int) -> bool:
-        """Whether this watch's handler is still the one installed for ``signum`` (a
-        handler installed after it, as a `StopGuard`'s, decides what SIGTERM does)."""
-        return signum in self.saved and signal.getsignal(signum) == self.in_main_thread
 
     def terminate(self) -> None:
         """SIGTERM, in the thread: the verdict, then the end. A rank in no trouble leaves it

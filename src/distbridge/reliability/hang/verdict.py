@@ -46,20 +46,14 @@ _HEADLINE = re.compile(r"(?:^|\. )(ranks? [\d, ]+ of \d+ .*)$", re.MULTILINE)
 
 @dataclass(frozen=True)
 class RankReport:
-    """What is known of one rank.
-
-    Attributes:
-        rank: its global rank.
-        records: its ledger (any order).
-        where: where its main thread is now (``"train.py:5 in stuck_here"``), if it said.
-        answered: False when the rank did not answer: ``records`` are what it last published.
-        note: why it did not answer, when known (``"its process was killed by SIGKILL"``).
-        asked: False when nobody asked it (``spawn``'s parent read what it last published):
-            then not answering is no finding.
-        engine: the tail of its engine's own record (torch's flight recorder), if it has one.
-        died_in: from its fault dump, where its process died in distbridge, if known
-            (`stacks.died_in`: ``("train.py:9 in main", ("all_reduce", ...))``).
-    """
+    """What is known of one ``rank`` (global): its ledger ``records`` (any order); ``where``
+    its main thread is now (``"train.py:5 in stuck_here"``), if it said; ``answered``: False
+    when it did not answer (``records`` are what it last published), ``note`` saying why when
+    known (``"its process was killed by SIGKILL"``); ``asked``: False when nobody asked it
+    (``spawn``'s parent read what it last published), so not answering is no finding; the
+    tail of its ``engine``'s own record (torch's flight recorder), if it has one; and
+    ``died_in``: where its process died in distbridge, from its fault dump, if known
+    (`stacks.died_in`: ``("train.py:9 in main", ("all_reduce", ...))``)."""
 
     rank: int
     records: tuple[Record, ...] = ()
@@ -73,21 +67,13 @@ class RankReport:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The finding, as text and as data.
-
-    Attributes:
-        text: the verdict, one finding a line.
-        kind: "diverged", "mismatched", "hang", "all waiting" (no rank is behind) or
-            "no hang".
-        group: the group of the finding (None: the world).
-        seq: the collective's number in that group.
-        op: the collective the majority (diverged) or the waiting ranks (hang) are in.
-        waiting: ranks waiting in it.
-        behind: rank -> its last collective's number in the group (0: none), for the ranks
-            that did not reach it.
-        diverged: the ranks that called something else (or passed another dtype or shape).
-        silent: the ranks that did not answer.
-    """
+    """The finding as ``text``, one finding a line, and as data: its ``kind`` ("diverged",
+    "mismatched", "hang", "all waiting": no rank is behind, or "no hang"); its ``group``
+    (None: the world), the collective's number ``seq`` there and its ``op`` (the majority's
+    when diverged, the waiting ranks' in a hang); the ranks ``waiting`` in it, those
+    ``behind`` (rank -> its last collective's number in the group, 0: none), those that
+    ``diverged`` (called something else, or passed another dtype or shape) and the
+    ``silent`` ones, which did not answer."""
 
     text: str
     kind: str
