@@ -157,7 +157,7 @@ class HorovodModel(ComputationModel):
     @classmethod
     @override
     def _launcher(cls, options: dict[str, Any]) -> Callable[..., SpawnResult]:
-        options.pop("backend", None)
+        options.pop("backend", None)  # spawn_horovod takes none: Horovod is the backend
         reason = unavailable()
         if reason is not None:
             raise BackendUnavailableError(f"Backend 'horovod' is not available: {reason}.")
