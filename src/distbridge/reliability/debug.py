@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from distbridge.algorithms import codec
 from distbridge.errors import CollectiveMismatch
 from distbridge.reliability.fingerprint import Fingerprint, call_site, describe
+from distbridge.reliability.hang.engine_trace import group_text
 from distbridge.reliability.hang.ledger import positive_env
 from distbridge.reliability.timed_barrier import await_keys, group_tag
 
@@ -131,9 +132,8 @@ class CollectiveChecker:
         mine = Fingerprint(call, fields, notes, members, call_site())
         seq = self._sequence.get(members, 0)
         self._sequence[members] = seq + 1
-        world = model.get_world_size()
-        group_name = "the world" if len(members) == world else f"group {list(members)}"
-        where = f"collective #{seq + 1} of {group_name}"
+        whole = len(members) == model.get_world_size()
+        where = f"collective #{seq + 1} of {group_text(None if whole else members)}"
         prefix = f"debug/{group_tag(members)}/{seq}/"
         _exchange(store, prefix, model.get_rank(), mine, self._timeout, where)
 

@@ -255,16 +255,12 @@ def _peer_failure(op: str, err: RuntimeError, owner: ModelContract) -> PeerFaile
     known = owner.known_failure()
     if known is not None:  # read by the watcher, maybe while the store still lived
         return _stopped(known, owner.get_rank(), f"in {op}")
-    try:
-        store = owner.failure_store()
-        me, world_size = owner.get_rank(), owner.get_world_size()
-    except Exception:
-        return None
+    store, me = owner.failure_store(), owner.get_rank()
     if store is None:
         return None
     note = read_failure(store)
     if note is None:
-        others = [rank for rank in range(world_size) if rank != me]
+        others = [rank for rank in range(owner.get_world_size()) if rank != me]
         try:
             gone = next((r for r in others if store.check([_LEFT_KEY.format(rank=r)])), None)
         except Exception:
