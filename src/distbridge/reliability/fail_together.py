@@ -71,6 +71,10 @@ _CONNECTION_LOST = (
 #: Horovod's word when the ranks passed tensors of other shapes or dtypes to one collective
 _MISMATCHED = "mismatched"
 _LEFT_KEY = "distbridge/left/{rank}"
+_NO_NOTE = (
+    "A peer's connection was lost and it left no note (killed by a signal, or its process "
+    "ended without a word)."
+)
 
 Teardown = Callable[[], object]
 
@@ -78,16 +82,6 @@ Teardown = Callable[[], object]
 def _lost_peer(err: BaseException) -> bool:
     text = str(err).lower()
     return any(marker in text for marker in _CONNECTION_LOST)
-
-
-def _with_verdict(err: RuntimeError, first: str, why: str, text: str) -> RuntimeError | None:
-    """``err``'s own type (so ``except HorovodInternalError`` still holds) with ``why`` and
-    the verdict after its first line; None where that type cannot be made from one message."""
-    message = f"{first}\n{why} Why, from every rank's collective ledger:\n{text}"
-    try:
-        return type(err)(message)
-    except Exception:
-        return None
 
 
 def _explained(op: str, err: RuntimeError, owner: ModelContract, failure: PeerFailed | None) -> Any:
@@ -108,21 +102,17 @@ def _explained(op: str, err: RuntimeError, owner: ModelContract, failure: PeerFa
         text = owner.hang_verdict(notes, wait)
     except Exception:  # a verdict must never hide the error it explains
         text = None
+    if not text:
+        return failure
     if failure is not None:
-        if not text:
-            return failure
         return PeerFailed(failure.rank, failure.summary, f"{failure.detail}\n{text}")
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    if not text:
-        return None
-    if mismatched:
-        return _with_verdict(err, first, "The ranks passed different tensors.", text)
-    if lost:
-        why = (
-            "A peer's connection was lost and it left no note (killed by a signal, or its "
-            "process ended without a word)."
-        )
-        return _with_verdict(err, first, why, text)
+    if mismatched or lost:  # err's own type, so that ``except HorovodInternalError`` holds
+        why = "The ranks passed different tensors." if mismatched else _NO_NOTE
+        try:
+            return type(err)(f"{first}\n{why} Why, from every rank's collective ledger:\n{text}")
+        except Exception:  # a type that cannot be made from one message
+            return None
     return CollectiveTimeout(
         f"{op} timed out. {text}\n(From the ranks' collective ledgers and stacks, and torch's "
         f"flight recorder where it keeps one; the backend said: {first})",

@@ -163,14 +163,15 @@ class _Ledgers:
         return None
 
 
-#: a split collective: group, number, sides (key -> ranks), the expected side, a record of each
-_Split = tuple[Members | None, int, dict[str, list[int]], str, dict[str, Record]]
+#: a split collective: group, number, sides (key -> ranks, the expected one first), a record of each
+_Split = tuple[Members | None, int, dict[str, list[int]], dict[str, Record]]
 
 
 def _split(ledgers: _Ledgers, key: Callable[[Record], str | None]) -> _Split | None:
     """The first collective (group, seq) whose records fall on two sides or more of ``key``
     (a record whose key is None takes no side): its group and number, the sides (key ->
-    ranks), the expected side (most ranks'; a tie: the lowest rank's) and a record of each."""
+    ranks), the expected side (most ranks'; a tie: the lowest rank's) first, and a record of
+    each."""
     for group in ledgers.groups():
         per_rank = ledgers.by_group[group]
         for seq in sorted({seq for records in per_rank.values() for seq in records}):
@@ -180,8 +181,9 @@ def _split(ledgers: _Ledgers, key: Callable[[Record], str | None]) -> _Split | N
                     sides.setdefault(side, []).append(rank)
             if len(sides) >= 2:
                 expected = min(sides, key=lambda side: (-len(sides[side]), min(sides[side])))
+                sides = {expected: sides.pop(expected), **sides}
                 first = {side: per_rank[ranks[0]][seq] for side, ranks in sides.items()}
-                return group, seq, sides, expected, first
+                return group, seq, sides, first
     return None
 
 
@@ -194,8 +196,8 @@ def _divergence(ledgers: _Ledgers) -> Verdict | None:
     found = _split(ledgers, lambda record: record.op)
     if found is None:
         return None
-    group, seq, sides, expected, first = found
-    odd = [op for op in sides if op != expected]
+    group, seq, sides, first = found
+    expected, *odd = sides
     size = ledgers.world_size
     parts = [
         f"{_who(sides[op], size * (op == odd[0]))} called {op} ({_line(first[op].site)})"
@@ -219,10 +221,10 @@ def _mismatch(ledgers: _Ledgers) -> Verdict | None:
     found = _split(ledgers, _tensor_of)
     if found is None:
         return None
-    group, seq, sides, expected, first = found
+    group, seq, sides, first = found
+    expected, *odd = sides
     op = first[expected].op
     site_of = {what: _line(record.site) for what, record in first.items()}
-    odd = [what for what in sides if what != expected]
     dtype = {what.split("[", 1)[0] for what in sides}
     size = ledgers.world_size
     parts = [f"{_who(sides[what], size * (what == odd[0]))} passed {what}" for what in odd]
