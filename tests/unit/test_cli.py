@@ -19,6 +19,7 @@ from distbridge.cli import check, info
 from distbridge.cli._format import format_bytes, format_info, parse_size, parse_sizes
 from distbridge.models.horovod import runtime as _horovod_runtime
 from distbridge.models.native import NativeModel
+from distbridge.models.native.init import DEFAULT_MASTER
 
 # Variables of any launcher: removed so that the commands see no launcher unless a test sets one.
 _LAUNCHER_PREFIXES = (
@@ -165,11 +166,24 @@ def test_info_under_a_launcher_that_hosts_the_store() -> None:
     assert "10.1.2.3:29512" in plan["summary"]
 
 
-def test_info_without_master_port_says_initialize_will_fail() -> None:
+def test_info_without_master_port_names_ignites_default() -> None:
+    """RANK / WORLD_SIZE without MASTER_PORT: initialize meets at ignite's default port, as
+    models/native/init.py does (info asks it)."""
     env = {k: v for k, v in _TORCHRUN_ENV.items() if k != "MASTER_PORT"}
     plan = info.collect(env)["initialize"]
-    assert "MASTER_PORT" in plan["summary"]
-    assert "will fail" in plan["summary"]
+    assert (plan["rendezvous"], plan["master_port"]) == ("env", int(DEFAULT_MASTER["MASTER_PORT"]))
+    assert "10.1.2.3:15000" in plan["summary"] and "ignite's default" in plan["summary"]
+    alone = info.collect({"RANK": "0", "WORLD_SIZE": "1"})["initialize"]
+    assert (alone["rendezvous"], alone["rank0_hosts_store"]) == ("in-memory", False)
+
+
+def test_info_under_mpirun_without_an_address_says_initialize_will_fail() -> None:
+    env = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}
+    plan = info.collect(env)["initialize"]
+    assert (plan["rendezvous"], plan["rank0_hosts_store"]) == ("rank0-store", True)
+    assert plan["summary"].endswith(
+        "; initialize() will fail until MASTER_ADDR and MASTER_PORT are set"
+    )
 
 
 def test_info_reports_malformed_launcher_variables_instead_of_crashing() -> None:

@@ -24,14 +24,14 @@ import distbridge
 from distbridge import environments
 from distbridge._registry import registry
 from distbridge.cli._format import format_info
+from distbridge.environments import LaunchEnvironment
 from distbridge.models import _accelerator
-from distbridge.models.native.init import AGENT_STORE_VAR
+from distbridge.models.native.init import DEFAULT_MASTER, rendezvous
 
 __all__ = ["SCHEMA_VERSION", "collect", "main"]
 
 SCHEMA_VERSION = 1
 
-_TORCHELASTIC = "torchelastic"  # torchrun and spawn: env:// or the launcher's own store
 #: What docs/troubleshooting.md has users set; shown set or not. Other variables that tune
 #: the backends (the prefixes) are shown when set.
 TUNING_VARIABLES = (
@@ -70,14 +70,17 @@ def collect(env: Mapping[str, str] | None = None) -> dict[str, Any]:
             Backends, versions and devices always describe this machine.
     """
     env = os.environ if env is None else env
-    launch, caught, error = _detect(env)
+    found, caught, error = _detect(env)
+    launch = None
+    if found is not None:
+        launch = {"name": found.launcher, **{key: getattr(found, key) for key in _LAUNCH_FIELDS}}
     return {
         "schema": SCHEMA_VERSION,
         "hostname": socket.gethostname(),
         "launcher": launch,
         "launcher_warnings": caught,
         "launcher_error": error,
-        "initialize": _plan(launch, error, env),
+        "initialize": _plan(found, error, env),
         "backends": _backends(),
         "versions": _versions(),
         "devices": _devices(env),
@@ -137,25 +140,22 @@ def _environment(env: Mapping[str, str]) -> dict[str, dict[str, str | None]]:
     return {"tuning": tuning, "launcher": launcher}
 
 
-def _detect(env: Mapping[str, str]) -> tuple[dict[str, Any] | None, list[str], str | None]:
-    """The detected launcher as a dict (None: no launcher), its warnings, and its error."""
+def _detect(env: Mapping[str, str]) -> tuple[LaunchEnvironment | None, list[str], str | None]:
+    """The detected launcher (None: no launcher), its warnings, and its error."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             found, error = environments.detect(env), None
         except ValueError as err:  # malformed launcher variables: report, do not crash
             found, error = None, str(err)
-    launch: dict[str, Any] | None = None
-    if found is not None:
-        launch = {"name": found.launcher, **{key: getattr(found, key) for key in _LAUNCH_FIELDS}}
-    return launch, [str(w.message) for w in caught], error
+    return found, [str(w.message) for w in caught], error
 
 
 def _plan(
-    launch: Mapping[str, Any] | None, error: str | None, env: Mapping[str, str]
+    launch: LaunchEnvironment | None, error: str | None, env: Mapping[str, str]
 ) -> dict[str, Any]:
     """What ``initialize()`` of the default backend (torch's for this process's accelerator)
-    would do here, mirroring ``models/native/init.py``."""
+    would do here, as ``models/native/init.py`` decides it."""
     plan: dict[str, Any] = {
         "backend": _accelerator.default_backend(),
         "rank": 0,
@@ -172,31 +172,31 @@ def _plan(
     if launch is None:
         return plan
     fields = ("rank", "world_size", "local_rank", "master_addr", "master_port")
-    plan.update({key: launch[key] for key in fields})
-    addr, port = launch["master_addr"], launch["master_port"]
-    name, where = launch["name"], f"{addr or '(MASTER_ADDR unknown)'}:{port or '(unknown)'}"
-    if name != _TORCHELASTIC and launch["world_size"] == 1:
-        plan["summary"] = f"a world of one under {name}: an in-memory store (no port is opened)"
-        return plan
-    if name == _TORCHELASTIC and env.get(AGENT_STORE_VAR) == "True":
-        plan.update(
-            rendezvous="launcher-store",
-            summary=f"connect to the store the launcher hosts at {where}",
-        )
-    elif name == _TORCHELASTIC:
-        plan.update(
-            rendezvous="env",
-            rank0_hosts_store=True,
-            summary=f"env:// rendezvous: rank 0 hosts a TCPStore at {where}",
-        )
-    else:
-        plan.update(
-            rendezvous="rank0-store",
-            rank0_hosts_store=True,
-            summary=f"rank 0 hosts a TCPStore at {where}, from {name}'s variables",
-        )
-    if addr is None or port is None:
+    plan.update({key: getattr(launch, key) for key in fields})
+    name, how = launch.launcher, rendezvous(launch, plan["backend"], env)
+    addr, port = launch.master_addr, launch.master_port
+    if how == "env":  # initialize fills in ignite's default where unset
+        addr = addr or DEFAULT_MASTER["MASTER_ADDR"]
+        port = port or int(DEFAULT_MASTER["MASTER_PORT"])
+    where = f"{addr or '(MASTER_ADDR unknown)'}:{port or '(unknown)'}"
+    summaries = {
+        "in-memory": f"a world of one under {name}: an in-memory store (no port is opened)",
+        "mpi": "the MPI runtime knows the ranks (no store)",
+        "launcher-store": f"connect to the store the launcher hosts at {where}",
+        "env": f"env:// rendezvous: rank 0 hosts a TCPStore at {where}",
+        "rank0-store": f"rank 0 hosts a TCPStore at {where}, from {name}'s variables",
+    }
+    plan.update(
+        rendezvous=how,
+        rank0_hosts_store=how in ("env", "rank0-store"),
+        summary=summaries[how],
+        master_addr=addr,
+        master_port=port,
+    )
+    if how in ("rank0-store", "launcher-store") and (addr is None or port is None):
         plan["summary"] += "; initialize() will fail until MASTER_ADDR and MASTER_PORT are set"
+    elif how == "env" and None in (launch.master_addr, launch.master_port):
+        plan["summary"] += " (ignite's default where MASTER_ADDR / MASTER_PORT are unset)"
     return plan
 
 

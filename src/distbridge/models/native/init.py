@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -35,6 +36,7 @@ __all__ = [
     "init_process_group",
     "join_job",
     "known_local_rank",
+    "rendezvous",
     "rendezvous_address",
 ]
 
@@ -87,16 +89,20 @@ def init_process_group(
         if init_method.startswith("env://"):
             fill_rendezvous_defaults()
         _meet_peers(backend, extra, init_method, rank, world_size)
-    elif launch is None or (launch.world_size == 1 and launch.launcher != _TORCHELASTIC):
+        return
+    how = rendezvous(launch, backend, os.environ)
+    if how == "in-memory":
         dist.init_process_group(backend, store=HashStore(), rank=0, world_size=1, **extra)
-    elif launch.launcher != _TORCHELASTIC and backend == "mpi":
+        return
+    assert launch is not None
+    if how == "mpi":
         dist.init_process_group(backend, **extra)  # the MPI runtime knows rank and world
-    elif launch.launcher != _TORCHELASTIC:
+    elif how == "rank0-store":
         store = _launcher_store(launch, timeout)
         dist.init_process_group(
             backend, store=store, rank=launch.rank, world_size=launch.world_size, **extra
         )
-    elif os.environ.get(AGENT_STORE_VAR) == "True":
+    elif how == "launcher-store":
         store = _agent_store_client(launch, timeout)
         try:
             dist.init_process_group(
@@ -110,13 +116,27 @@ def init_process_group(
                 f"start-up. Start every node with the same nnodes, master_addr and master_port. "
                 f"({err})"
             ) from err
-    elif launch.world_size == 1 and (launch.master_addr is None or launch.master_port is None):
-        # RANK / WORLD_SIZE=1 set by hand: nobody to meet, so no port is opened
-        dist.init_process_group(backend, store=HashStore(), rank=0, world_size=1, **extra)
     else:
         filled = fill_rendezvous_defaults()
-        how = f" ({', '.join(filled)} unset: ignite's default)" if filled else ""
-        _meet_peers(backend, extra, "env://", launch.rank, launch.world_size, how)
+        note = f" ({', '.join(filled)} unset: ignite's default)" if filled else ""
+        _meet_peers(backend, extra, "env://", launch.rank, launch.world_size, note)
+
+
+def rendezvous(launch: LaunchEnvironment | None, backend: str, env: Mapping[str, str]) -> str:
+    """How `init_process_group` meets the peers when given no init_method, rank or world
+    size: ``"in-memory"`` (a world of one, or no launcher: no port is opened), ``"mpi"`` (the
+    MPI runtime knows the ranks), ``"rank0-store"`` (a launcher other than torchrun: rank 0
+    hosts a TCPStore at its address), ``"launcher-store"`` (torchrun's agent hosts the
+    store) or ``"env"`` (``env://``, at ignite's default address where none is set)."""
+    if launch is None or (launch.world_size == 1 and launch.launcher != _TORCHELASTIC):
+        return "in-memory"
+    if launch.launcher != _TORCHELASTIC:
+        return "mpi" if backend == "mpi" else "rank0-store"
+    if env.get(AGENT_STORE_VAR) == "True":
+        return "launcher-store"
+    if launch.world_size == 1 and (launch.master_addr is None or launch.master_port is None):
+        return "in-memory"  # RANK / WORLD_SIZE=1 set by hand: nobody to meet
+    return "env"
 
 
 #: What ignite fills in when RANK / WORLD_SIZE are set by hand without an address: every
