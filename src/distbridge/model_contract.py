@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import torch
 
 if TYPE_CHECKING:
-    from distbridge.algorithms.fast_path import FastPath
+    from distbridge.algorithms.checks import FastPath
     from distbridge.reliability.hang.ledger import CollectiveLedger
     from distbridge.reliability.hang.stacks import StackWatcher
 
@@ -50,7 +50,7 @@ class ModelContract(Protocol):
         groups: the group cache (``group=`` arguments resolved, lists of ranks made once).
         ledger: this rank's recent public collectives (the hang verdict reads it).
         fast_all_to_all, fast_scatter, fast_gather: the kinds of tensor that passed the
-            checks of a world collective once (see ``distbridge.algorithms.fast_path``).
+            checks of a world collective once (see ``distbridge.algorithms.checks.FastPath``).
         stack_watcher: answers other ranks' requests for this rank's stacks; made with the
             timed barriers (None before, and without a coordination store).
         fails_together: whether the model takes part in failing together

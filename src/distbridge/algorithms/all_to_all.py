@@ -100,7 +100,7 @@ def _all_to_all_one(model: ModelContract, x: torch.Tensor, group: Any) -> torch.
 def chunks_known(model: ModelContract, tensors: list[Any]) -> list[torch.Tensor] | None:
     """``all_to_all(tensors, same_shape=True)`` over the world when ``tensors`` is exactly
     ``list(x.chunk(world))`` of an ``x`` whose kind passed every check before (see
-    ``algorithms/fast_path.py``): ``x`` goes, its answer is cut the same way. None otherwise."""
+    ``checks.FastPath``): ``x`` goes, its answer is cut the same way. None otherwise."""
     first = tensors[0] if tensors else None
     if type(first) is not torch.Tensor:
         return None

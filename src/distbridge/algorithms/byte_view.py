@@ -15,7 +15,7 @@ import math
 
 import torch
 
-__all__ = ["as_byte_rows", "as_bytes", "from_byte_rows", "from_bytes", "shares_bytes"]
+__all__ = ["as_byte_rows", "as_bytes", "from_byte_rows", "from_bytes"]
 
 
 def as_bytes(tensor: torch.Tensor) -> torch.Tensor:
@@ -26,11 +26,6 @@ def as_bytes(tensor: torch.Tensor) -> torch.Tensor:
     if flat.stride(0) != 1:  # one element, or none, with any stride
         flat = flat.as_strided((flat.numel(),), (1,))  # from the same storage offset
     return flat if flat.dtype == torch.uint8 else flat.view(torch.uint8)
-
-
-def shares_bytes(tensor: torch.Tensor) -> bool:
-    """Whether ``as_bytes(tensor)`` is a view (writes into it reach ``tensor``)."""
-    return tensor.is_contiguous()
 
 
 def from_bytes(data: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:

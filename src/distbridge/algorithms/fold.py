@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from distbridge.algorithms import carriers
-from distbridge.algorithms.in_place import divide_
+from distbridge.algorithms.checks import divide_
 
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract

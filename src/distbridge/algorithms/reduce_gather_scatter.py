@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from distbridge.algorithms import byte_view, carriers, codec, shape_rows
-from distbridge.algorithms.checks import check_dense, check_reducible
+from distbridge.algorithms.checks import check_dense, check_reducible, divide_, write_back
 from distbridge.algorithms.groups import NOT_A_MEMBER
-from distbridge.algorithms.in_place import divide_, write_back
 from distbridge.algorithms.values import gather_values
 
 if TYPE_CHECKING:
@@ -200,7 +199,7 @@ def all_gather_with_shapes(
 
 def gather_known(model: ModelContract, x: torch.Tensor, dst: object) -> list[Any] | None:
     """``gather(x, dst, same_shape=True)`` over the world for an ``x`` of a kind that passed
-    every check before (see ``fast_path``); None for a ``dst`` that is not plainly right."""
+    every check before (see ``checks.FastPath``); None for a ``dst`` that is not plainly right."""
     if type(dst) is not int or not 0 <= dst < model.get_world_size():
         return None
     parts = model._do_gather(x, dst, None)
@@ -296,7 +295,7 @@ def scatter_known(
     model: ModelContract, tensors: Any, src: object, out: torch.Tensor
 ) -> torch.Tensor | None:
     """``scatter(tensors, src, out=out)`` over the world for an ``out`` of a kind that passed
-    every check before (see ``fast_path``): one pass over the source's tensors, nothing else.
+    every check before (see ``checks.FastPath``): one pass over the source's tensors, nothing else.
     None when ``src`` or the tensors are not plainly right: the general path then decides
     (and still sends, so the ranks that came here do not wait in vain)."""
     world = model.get_world_size()

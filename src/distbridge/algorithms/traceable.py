@@ -23,10 +23,9 @@ import torch.distributed._functional_collectives as funcol
 
 from distbridge.algorithms import byte_view, carriers, codec, shape_rows
 from distbridge.algorithms.c10d_rules import backend_op
-from distbridge.algorithms.checks import check_dense, check_reducible
+from distbridge.algorithms.checks import check_dense, check_reducible, divide_
 from distbridge.algorithms.fold import fold
 from distbridge.algorithms.groups import NOT_A_MEMBER, is_mesh, mesh_group
-from distbridge.algorithms.in_place import divide_
 
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract

@@ -22,9 +22,8 @@ from typing_extensions import Self
 
 from distbridge._types import SpawnResult
 from distbridge.algorithms import byte_view, emulations
-from distbridge.algorithms.fast_path import FastPath
+from distbridge.algorithms.checks import FastPath, write_back
 from distbridge.algorithms.groups import GroupCache
-from distbridge.algorithms.in_place import write_back
 from distbridge.errors import BackendUnavailableError
 from distbridge.model_contract import ModelContract
 from distbridge.models._failing_together import FailingTogether

@@ -33,8 +33,7 @@ from distbridge.algorithms import (
     traceable,
     values,
 )
-from distbridge.algorithms.checks import check_dense, check_reducible
-from distbridge.algorithms.in_place import divide_, write_back
+from distbridge.algorithms.checks import check_dense, check_reducible, divide_, write_back
 from distbridge.algorithms.object_frames import Serializer
 from distbridge.models._primitives import NOT_A_MEMBER, BackendPrimitives
 from distbridge.reliability import debug, fail_together

@@ -272,7 +272,7 @@ class HorovodModel(ComputationModel):
         work = tensor if moved else byte_view.as_bytes(tensor)
         name = f"distbridge.broadcast.{ps.process_set_id}.{src}"
         self._hvd.broadcast_(work, root_rank=src, name=name, process_set=ps)
-        if moved or byte_view.shares_bytes(tensor):
+        if moved or tensor.is_contiguous():  # as_bytes gave a view: tensor holds the bytes
             return tensor
         return byte_view.from_bytes(work, tensor.dtype, tuple(tensor.shape))
 
