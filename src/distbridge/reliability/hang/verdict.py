@@ -249,13 +249,11 @@ def _mismatch(ledgers: _Ledgers) -> Verdict | None:
 def _behind_line(ledgers: _Ledgers, rank: int, group: Members | None) -> str:
     report = ledgers.reports[rank]
     last = ledgers.last(group, rank)
+    line = f"rank {rank} did not reach it: "
     if last is None:
-        line = f"rank {rank} did not reach it: it has called no collective of {group_text(group)}"
+        line += f"it has called no collective of {group_text(group)}"
     else:
-        line = (
-            f"rank {rank} did not reach it: its last collective was #{last.seq} "
-            f"({_line(last.site)})"
-        )
+        line += f"its last collective was #{last.seq} ({_line(last.site)})"
     elsewhere = ledgers.waiting_elsewhere(rank, group)
     if elsewhere is not None:
         line += f"; it is waiting in {_named(elsewhere)}"
@@ -291,13 +289,14 @@ def _hang(ledgers: _Ledgers) -> Verdict | None:
         seqs = {rank: 0 if last is None else last.seq for rank, last in lasts.items()}
         top = max(seqs.values(), default=0)
         # a rank that raised in it (its own timeout, after the hang) also reached it
-        waiting = [r for r, rec in lasts.items() if rec and rec.seq == top and rec.state != "done"]
+        waiting = {
+            r: rec for r, rec in lasts.items() if rec and rec.seq == top and rec.state != "done"
+        }
         behind = {rank: seq for rank, seq in seqs.items() if seq < top}
         if not waiting or not behind:
             continue
-        record = lasts[waiting[0]]
-        assert record is not None
-        raised = [r for r in waiting if (rec := lasts[r]) is not None and rec.state != WAITING]
+        record = next(iter(waiting.values()))
+        raised = [r for r, rec in waiting.items() if rec.state != WAITING]
         if raised:
             how = f"{ranks_text(waiting)} entered it, and it raised on {ranks_text(raised)}"
         else:
