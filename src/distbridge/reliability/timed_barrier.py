@@ -24,7 +24,6 @@ import hashlib
 import logging
 import math
 import time
-import weakref
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -190,14 +189,8 @@ def make_timed_barriers(model: ModelContract) -> tuple[StoreBarrier, StackWatche
         return None
     watcher = StackWatcher(store, model.get_rank(), while_current(model))
     on_timeout = functools.partial(dump_all_stacks, model)
-    explain = functools.partial(_verdict, weakref.ref(model))
+    explain = functools.partial(model.hang_verdict, {}, ANSWER_WAIT_SECONDS)
     return StoreBarrier(store, model.get_rank(), on_timeout, explain), watcher
-
-
-def _verdict(ref: weakref.ref[ModelContract]) -> str | None:
-    """The hang verdict of the model ``ref`` points to, where it can give one."""
-    model = ref()
-    return None if model is None else model.hang_verdict({}, ANSWER_WAIT_SECONDS)
 
 
 def dump_all_stacks(model: ModelContract, reason: str) -> str:

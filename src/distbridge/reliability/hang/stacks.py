@@ -196,8 +196,7 @@ class StoreThread:
 
     def join(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for the thread to end (after `stop`)."""
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        self._thread.join(timeout)
 
     def _run(self) -> None:
         while not self._stopped.wait(self._seconds) and self._alive():
