@@ -146,7 +146,7 @@ def engine_lines(
         if last is not None:
             alike.setdefault((last.op, last.seq, last.state), []).append(rank)
     name = group_text(group)
-    for (op, seq, state), ranks in sorted(alike.items(), key=lambda item: min(item[1])):
+    for (op, seq, state), ranks in alike.items():  # by their lowest rank, as they came
         if state in (ENDED, COMPLETED):  # the ledger's collective is not the engine's, or failed
             said = f"no engine collective of {name} in flight; the last was {op} #{seq} ({state})"
         else:

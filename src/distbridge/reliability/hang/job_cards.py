@@ -48,7 +48,7 @@ class JobCard:
 
 
 def card_dir() -> str:
-    """The folder of this user's cards (made on first use), named by the uid."""
+    """The folder of this user's cards, named by the uid (`write_card` makes it)."""
     return os.path.join(tempfile.gettempdir(), f"distbridge-{os.getuid()}", "cards")
 
 
