@@ -32,7 +32,12 @@ from distbridge.launch._main_module import check_main_module
 from distbridge.launch._signals import passing_on
 from distbridge.launch._worker_reports import death
 from distbridge.launch.native import host_store, job_env, job_verdict
-from distbridge.launch.supervisor import PEER_WINDOW_SECONDS, VERDICT_SECONDS, positive_int
+from distbridge.launch.supervisor import (
+    PEER_WINDOW_SECONDS,
+    VERDICT_SECONDS,
+    check_seconds,
+    positive_int,
+)
 from distbridge.reliability.fail_together import record_failure
 from distbridge.reliability.hang.signals import report_dir
 from distbridge.testing._protocol import Outcome, Setup, make_task
@@ -65,6 +70,7 @@ class WarmWorld:
         start_timeout: float = 120.0,
     ) -> None:
         positive_int("nproc", nproc)
+        check_seconds("start_timeout", start_timeout)
         if backend is None and nproc != 1:
             raise ValueError(
                 f"backend=None runs serially, on one rank; got nproc={nproc}. Pass nproc=1, "
@@ -167,8 +173,7 @@ class WarmWorld:
         ``on_output(rank, line)``, when given, receives each line a rank prints while the
         test runs (the logs are read every ``_LIVE_SECONDS``).
         """
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}.")
+        check_seconds("timeout", timeout)
         self._tasks += 1
         task = make_task(self._tasks, fn, kwargs)
         self.start()
