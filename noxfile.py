@@ -45,9 +45,10 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict on the package and its pytest plugin (which needs pytest's types)."""
+    """mypy --strict on the package, its pytest plugin (which needs pytest's types) and
+    tests/typing (the types a user's code sees from the facade's overloads)."""
     session.install(*CONSTRAINTS, "-e", ".[lint,test]")
-    session.run("mypy", "--strict", "src/distbridge", "src/distbridge_pytest.py")
+    session.run("mypy", "--strict", "src/distbridge", "src/distbridge_pytest.py", "tests/typing")
 
 
 @nox.session

@@ -6,7 +6,7 @@ It delegates to the active computation model, which validates the same way on ev
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal, overload
 
 from distbridge import _state
 from distbridge._types import Group
@@ -14,6 +14,24 @@ from distbridge._types import Group
 __all__ = ["barrier"]
 
 
+@overload
+def barrier(
+    group: Group | None = None,
+    async_op: Literal[False] = False,
+    device_ids: list[int] | None = None,
+    *,
+    timeout: float | timedelta | None = None,
+    name: str | None = None,
+) -> None: ...
+@overload
+def barrier(
+    group: Group | None = None,
+    async_op: bool = False,
+    device_ids: list[int] | None = None,
+    *,
+    timeout: float | timedelta | None = None,
+    name: str | None = None,
+) -> Any: ...
 def barrier(
     group: Group | None = None,
     async_op: bool = False,
