@@ -6,7 +6,8 @@ the same processes, in adjacent blocks of calls of each (see bench/README.md). T
 uses the same form of call as the facade: in place for all_reduce and broadcast (the
 facade reduces and broadcasts in place), a new tensor for all_gather, one ``hvd.alltoall``
 with splits for gather and scatter (Horovod has neither), and a fixed op name (as the
-facade names its operations), so both sides see Horovod's response cache alike.
+facade names its operations), so both sides see Horovod's response cache alike. The noise
+row times raw all_reduce against itself.
 
 Usage (from the repository root, with Horovod installed: ``nox -s horovod`` runs it)::
 
@@ -127,6 +128,8 @@ def worker(local_rank: int, plan: Plan) -> list[dict[str, Any]] | None:
             raw_scatter,
         ),
     ]
+    # the noise row: raw all_reduce timed against itself, the same way
+    cases.append(("all_reduce raw / raw (noise)", cases[0][2], cases[0][2]))
     rows = []
     for name, facade, raw in cases:
         facade_s, raw_s = _time_pair(facade, raw, plan)
