@@ -11,12 +11,13 @@ and the same everywhere: IEEE 754-2019's minimum / maximum, where a NaN wins and
 below 0.0. (gloo keeps whichever operand comes first when one is NaN or both are zeros,
 so its answer depends on the rank order; NCCL and Horovod differ again.) Each float becomes
 an integer key whose order is the floats' order with every NaN at the winning end (see
-``_OrderKeys``): one collective as before, in integers of the same width (int32 for 16-bit
-floats), and a few element-wise operations on each side.
+``_OrderKeys``): one collective as before, in integers of the same width (16-bit floats go
+as float32), and a few element-wise operations on each side.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -55,84 +56,76 @@ def integer_carrier(
     return as_signed.clone(), lambda out: out.view(dtype)
 
 
-def _wrapped(value: int, bits: int) -> int:
-    """``value`` modulo ``2**bits``, as a signed integer of that width."""
-    value %= 2**bits
-    return value - 2**bits if value >= 2 ** (bits - 1) else value
-
-
 class _OrderKeys:
-    """The integer keys of one float dtype under MIN or MAX: their constants and formulas.
+    """The integer keys of float32 or float64 under MIN or MAX: one formula, two constants.
 
-    ``i`` is a float's bits as a signed integer of the float's width ``v``, sign-extended to
-    the keys' width ``w`` (wider only for 16-bit floats: gloo and NCCL have no int16),
-    ``s = i >> (w - 1)`` (0, or -1 where the sign is set), ``INF`` the bits of +inf, and
-    every sum wraps at ``w`` bits:
+    ``i`` is a float's bits as a signed integer of its width ``w``, ``s = i >> (w - 1)`` (0,
+    or -1 where the sign is set), ``INF`` the bits of +inf, and sums wrap at ``w`` bits. The
+    key is ``(i ^ s) + alpha * s``: a non-negative ``i`` stays, a negative one becomes
+    ``~i - alpha``.
 
-    - MAX key = ``(i ^ s) + alpha * s``, ``alpha = 2**(w-1) + 2**(v-1) - 1 - INF``. A
-      non-negative ``i`` stays: +0.0 to +inf, then the positive NaNs above +inf. A negative
-      one becomes ``~i - alpha``: the negative numbers wrap to the bottom in reverse order
-      (-inf lowest, -0.0 highest, still below +0.0's 0) and the negative NaNs to the top.
-      (For ``v == w``, ``alpha = -(INF + 1)``.)
-    - MIN key = MAX key + ``rotate``, ``rotate = 2**(w-1) - 1 - INF``: everything above +inf
-      (the NaNs) wraps to the bottom, the rest keeps its order.
+    - MAX, ``alpha = -(INF + 1)``: +0.0 to +inf keep their bits, the positive NaNs lie above
+      +inf; the negative numbers wrap to the bottom in reverse order (-inf lowest, -0.0
+      highest, still below +0.0's 0) and the negative NaNs to the top.
+    - MIN, ``alpha = -2**(w-1)``: a negative ``i`` becomes ``i ^ (2**(w-1) - 1)``, the
+      negative numbers below zero in reverse order. The positive NaNs would lie above +inf,
+      so every NaN is first made one negative NaN (``nan_to_num``), whose key is the lowest.
 
-    Decoding: ``key - rotate`` for MIN, then ``s = key >> (w - 1)``, ``i = (key - alpha * s)
-    ^ s``. Every number comes back bit for bit, a NaN as a NaN (a negative one may come back
-    positive, with another payload). The eager path spends three operations on each side
-    (MIN one more), no test for NaN, and its constants are 0-d tensors of the keys' dtype
-    (a Python number costs a conversion to a tensor per call; a 0-d CPU tensor also serves
-    a CUDA tensor); while torch.compile traces, the same formulas take Python numbers.
+    Decoding: ``s = key >> (w - 1)``, ``i = (key - alpha * s) ^ s``. Every number comes back
+    bit for bit, a NaN as a NaN (with another sign or payload). Three operations each way
+    (MIN one more, the ``nan_to_num``), no test for NaN; the shift is a 0-d tensor of the
+    keys' dtype (a Python number costs a conversion to a tensor per call; a 0-d CPU tensor
+    also serves a CUDA tensor); while torch.compile traces, the same formulas take Python
+    numbers, and MIN's NaNs are replaced in the integers (a traced graph drops the sign of a
+    NaN constant).
     """
 
-    __slots__ = ("alpha", "narrow", "rotate", "rotate_tensor", "shift", "shift_tensor", "wide")
+    __slots__ = ("alpha", "ints", "nan_bits", "op", "shift", "shift_tensor", "undo")
 
-    def __init__(self, narrow: torch.dtype, wide: torch.dtype, inf: int, op: str) -> None:
-        v, w = torch.iinfo(narrow).bits, torch.iinfo(wide).bits
-        self.narrow, self.wide, self.shift = narrow, wide, w - 1
-        self.alpha = _wrapped(2 ** (w - 1) + 2 ** (v - 1) - 1 - inf, w)
-        self.rotate = 2 ** (w - 1) - 1 - inf if op == "MIN" else None
-        self.shift_tensor = torch.tensor(self.shift, dtype=wide, device="cpu")
-        self.rotate_tensor = (
-            None if self.rotate is None else torch.tensor(self.rotate, dtype=wide, device="cpu")
-        )
+    def __init__(self, ints: torch.dtype, inf: int, op: str) -> None:
+        w = torch.iinfo(ints).bits
+        self.ints, self.op, self.shift = ints, op, w - 1
+        self.alpha = -(inf + 1) if op == "MAX" else -(2 ** (w - 1))
+        # decoding subtracts alpha: -2**(w-1) is its own negative at w bits
+        self.undo = inf + 1 if op == "MAX" else self.alpha
+        self.shift_tensor = torch.tensor(self.shift, dtype=ints, device="cpu")
+        # the bits of nan_to_num's -nan: the sign, the exponent and the quiet bit set
+        self.nan_bits = inf + (2 ** (w - 1) - inf) // 2 - 2 ** (w - 1)
 
-    def _constants(self) -> tuple[torch.Tensor | int, torch.Tensor | int | None]:
-        if torch.compiler.is_compiling():
-            return self.shift, self.rotate
-        return self.shift_tensor, self.rotate_tensor
-
-    def encode(self, bits: torch.Tensor, into: torch.Tensor | None) -> torch.Tensor:
-        """The keys of ``bits`` (integers of the keys' dtype), written into ``into`` (which
-        may be ``bits``), or new where it is None."""
-        shift, rotate = self._constants()
+    def encode(self, floats: torch.Tensor, in_place: bool) -> torch.Tensor:
+        """The keys of ``floats``; ``in_place``: made in their own memory."""
+        compiling = torch.compiler.is_compiling()
+        shift = self.shift if compiling else self.shift_tensor
+        if self.op == "MIN" and not compiling:
+            out = floats if in_place else None
+            floats = torch.nan_to_num(floats, _NEGATIVE_NAN, math.inf, -math.inf, out=out)
+        bits = floats.view(self.ints)
+        if self.op == "MIN" and compiling:  # a traced graph drops a NaN constant's sign
+            nan_free = torch.where(torch.isnan(floats), self.nan_bits, bits)
+            bits = bits.copy_(nan_free) if in_place else nan_free
+        into = bits if in_place else None
         s = torch.bitwise_right_shift(bits, shift)
         keys = torch.bitwise_xor(bits, s, out=into)
-        keys = torch.add(keys, s, alpha=self.alpha, out=into)
-        return keys if rotate is None else torch.add(keys, rotate, out=into)
+        return torch.add(keys, s, alpha=self.alpha, out=into)
 
-    def decode(
-        self, keys: torch.Tensor, scratch: torch.Tensor | None, into: torch.Tensor | None
-    ) -> torch.Tensor:
-        """The integers ``keys`` were made of (in the keys' dtype), written into ``into``;
-        ``scratch`` is ``keys`` where they may be overwritten on the way, else None (and then
-        None for ``into`` too: everything new)."""
-        shift, rotate = self._constants()
-        if rotate is not None:
-            keys = torch.sub(keys, rotate, out=scratch)
+    def decode(self, keys: torch.Tensor, into: torch.Tensor | None) -> torch.Tensor:
+        """The float bits ``keys`` were made of (integers), written into ``into`` (and
+        ``keys`` used as scratch), or new where it is None."""
+        shift = self.shift if torch.compiler.is_compiling() else self.shift_tensor
+        scratch = None if into is None else keys
         s = torch.bitwise_right_shift(keys, shift)
-        keys = torch.add(keys, s, alpha=-self.alpha, out=scratch)
+        keys = torch.add(keys, s, alpha=self.undo, out=scratch)
         return torch.bitwise_xor(keys, s, out=into)
 
 
-#: (float dtype, "MIN" or "MAX"): its keys
+_NEGATIVE_NAN = -math.nan
+
+#: (float32 or float64, "MIN" or "MAX"): its keys
 _KEYS = {
-    (dtype, op): _OrderKeys(narrow, wide, inf, op)
-    for dtype, narrow, wide, inf in (
-        (torch.float16, torch.int16, torch.int32, 0x7C00),
-        (torch.bfloat16, torch.int16, torch.int32, 0x7F80),
-        (torch.float32, torch.int32, torch.int32, 0x7F800000),
-        (torch.float64, torch.int64, torch.int64, 0x7FF0000000000000),
+    (dtype, op): _OrderKeys(ints, inf, op)
+    for dtype, ints, inf in (
+        (torch.float32, torch.int32, 0x7F800000),
+        (torch.float64, torch.int64, 0x7FF0000000000000),
     )
     for op in ("MIN", "MAX")
 }
@@ -143,17 +136,17 @@ def ordered_carrier(
 ) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
     """For MIN or MAX of a float tensor: integer keys whose MIN / MAX is the floats' IEEE
     minimum / maximum, and the function that turns the reduced keys back into floats (see
-    ``_OrderKeys``).
+    ``_OrderKeys``). 16-bit floats go as float32 (exactly: gloo and NCCL have no int16).
 
     ``in_place`` (an all-reduce, whose reduced keys have ``tensor``'s shape): the keys are
-    made in ``tensor``'s own memory (a float32 or float64 one; 16-bit floats get a new int32
-    tensor), and the function writes the floats back into ``tensor`` and returns it, so an
-    in-place all-reduce copies nothing; it overwrites the reduced keys it is given. Called on
-    the keys before they are reduced, it puts ``tensor`` back (a NaN may come back with
-    another sign or payload). Otherwise neither ``tensor`` nor the reduced keys are written
-    to (as torch.compile wants), and the reduced keys may have any shape (a fold's row, a
-    reduce-scatter's chunk). Off the CPU and CUDA (XLA) the keys are a CPU copy's, and the
-    floats come back as a new tensor either way.
+    made in ``tensor``'s own memory (a float32 or float64 one; 16-bit floats get a new
+    float32 tensor), and the function writes the floats back into ``tensor`` and returns it,
+    so an in-place all-reduce copies nothing; it overwrites the reduced keys it is given.
+    Called on the keys before they are reduced, it puts ``tensor`` back (a NaN may come back
+    with another sign or payload). Otherwise neither ``tensor`` nor the reduced keys are
+    written to (as torch.compile wants), and the reduced keys may have any shape (a fold's
+    row, a reduce-scatter's chunk). Off the CPU and CUDA (XLA) the keys are a CPU copy's,
+    and the floats come back as a new tensor either way.
     """
     if tensor.device.type not in ("cpu", "cuda"):
         # XLA: the keys stay on the CPU (XLA lowers int32's extremes through a float, and may
@@ -161,34 +154,25 @@ def ordered_carrier(
         keys, from_keys = ordered_carrier(tensor.cpu(), op, in_place)
         device = tensor.device
         return keys, lambda out: from_keys(out.cpu()).to(device)
-    dtype, order = tensor.dtype, _KEYS[(tensor.dtype, op)]
-    narrow, wide = order.narrow, order.wide
-    bits = tensor.view(narrow)
+    dtype = tensor.dtype
+    order = _KEYS[(dtype if dtype is torch.float64 else torch.float32, op)]
+    floats = dtype if order.ints is torch.int64 else torch.float32
     if not in_place:
-        keys = order.encode(bits if wide is narrow else bits.to(wide), None)
+        keys = order.encode(tensor.to(floats), in_place=False)
+        return keys, lambda out: order.decode(out, None).view(floats).to(dtype)
+    work = tensor
+    if dtype is not floats:  # a new float32 tensor, the number exactly
+        work = torch.empty(tensor.shape, dtype=floats, device=tensor.device)
+        work.copy_(tensor)
+    keys = order.encode(work, in_place=True)
 
-        def back(out: torch.Tensor) -> torch.Tensor:
-            got = order.decode(out, None, None)
-            return (got if wide is narrow else got.to(narrow)).view(dtype)
-
-        return keys, back
-    if wide is narrow:
-        keys = order.encode(bits, bits)
-
-        def back_into(out: torch.Tensor) -> torch.Tensor:
-            order.decode(out, out, bits)
-            return tensor
-
-        return keys, back_into
-    keys = torch.empty(tensor.shape, dtype=wide, device=tensor.device)
-    keys.copy_(bits)  # sign-extended: the formulas' constants are for the wider integer
-    keys = order.encode(keys, keys)
-
-    def back_narrowed(out: torch.Tensor) -> torch.Tensor:
-        bits.copy_(order.decode(out, out, out))
+    def back_into(out: torch.Tensor) -> torch.Tensor:
+        order.decode(out, keys)
+        if work is not tensor:
+            tensor.copy_(work)
         return tensor
 
-    return keys, back_narrowed
+    return keys, back_into
 
 
 def reduction_carrier(
