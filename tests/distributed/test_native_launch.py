@@ -189,6 +189,12 @@ def test_nnodes_without_master_port_is_refused() -> None:
         idist.spawn("gloo", launch_targets.layout, nproc_per_node=1, nnodes=2, node_rank=0)
 
 
+def test_a_malformed_master_port_variable_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MASTER_PORT", "abc")
+    with pytest.raises(ValueError, match=r"^Environment variable MASTER_PORT='abc' is not an int"):
+        idist.spawn("gloo", launch_targets.layout, nproc_per_node=1)
+
+
 # detectron2's launch picks NCCL where CUDA is, and NCCL needs a GPU per process.
 _ONE_GPU = pytest.mark.skipif(
     torch.cuda.is_available() and torch.cuda.device_count() < 2,

@@ -22,6 +22,7 @@ from typing import Any
 
 from torch._C._distributed_c10d import TCPStore  # where torch defines them
 
+from distbridge.environments.base import read_int
 from distbridge.errors import DistributedError
 from distbridge.launch._joinable import Activate, JoinedCall, MakeModel
 from distbridge.launch._main_module import check_main_module, main_is_interactive
@@ -117,7 +118,7 @@ def spawn_native(
         check_picklable(fn, args, kwargs_dict)
 
     addr = master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
-    port = master_port or _env_port()
+    port = master_port or read_int(os.environ, "MASTER_PORT")
     if nnodes > 1 and port is None and init_method is None:
         raise ValueError(
             f"nnodes={nnodes} needs a master_port that every node passes (or MASTER_PORT set "
@@ -173,16 +174,6 @@ def job_verdict(store: Any, world_size: int, wait: float) -> str | None:
     except Exception:
         return None
     return None if found.kind == "no hang" else found.text
-
-
-def _env_port() -> int | None:
-    raw = os.environ.get("MASTER_PORT")
-    if not raw:
-        return None
-    try:
-        return int(raw)
-    except ValueError as err:
-        raise ValueError(f"MASTER_PORT={raw!r} is not a port number; fix or unset it.") from err
 
 
 def job_env(
