@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -193,6 +194,12 @@ def test_a_malformed_master_port_variable_is_refused(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("MASTER_PORT", "abc")
     with pytest.raises(ValueError, match=r"^Environment variable MASTER_PORT='abc' is not an int"):
         idist.spawn("gloo", launch_targets.layout, nproc_per_node=1)
+
+
+@pytest.mark.parametrize("timeout", [-1, 0, "abc", timedelta(seconds=-1)])
+def test_a_bad_timeout_is_refused_before_the_store(timeout: object) -> None:
+    with pytest.raises(ValueError, match=r"^timeout must be a number of seconds > 0 or None"):
+        idist.spawn("gloo", launch_targets.layout, nproc_per_node=1, timeout=timeout)
 
 
 # detectron2's launch picks NCCL where CUDA is, and NCCL needs a GPU per process.

@@ -30,6 +30,7 @@ from distbridge.launch._output import plan_output
 from distbridge.launch.pickling import check_picklable, pack
 from distbridge.launch.supervisor import (
     PEER_WINDOW_SECONDS,
+    check_seconds,
     check_spawn_options,
     positive_int,
     run_workers,
@@ -99,6 +100,8 @@ def spawn_native(
     if not isinstance(node_rank, int) or not 0 <= node_rank < nnodes:
         raise ValueError(f"node_rank must be an int in [0, {nnodes}), got {node_rank!r}.")
     check_spawn_options(start_method, join)
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    check_seconds("timeout", seconds, none=True)  # before the store and the workers take it
     if isinstance(master_port, str) and master_port.strip().isdigit():
         master_port = int(master_port)  # what argparse gives without type=int, as ignite takes
     if init_method == "env://":  # the job's store, its address exported as MASTER_ADDR / _PORT
@@ -127,7 +130,7 @@ def spawn_native(
     world_size = nnodes * nproc
     store = None
     if init_method is None and node_rank == 0:
-        store = host_store(port or 0, world_size, timeout)
+        store = host_store(port or 0, world_size, seconds)
         port = store.port
     env = job_env(nproc, nnodes, node_rank, addr, port, agent_store=init_method is None)
     worker = _NativeWorker(
@@ -204,12 +207,10 @@ def job_env(
     return env
 
 
-def host_store(
-    port: int, world_size: int, timeout: timedelta | float | None, *, host: str = "0.0.0.0"
-) -> Any:
+def host_store(port: int, world_size: int, seconds: float | None, *, host: str = "0.0.0.0") -> Any:
     """The job's TCPStore, listening on ``host``:``port`` (0: a free one, picked by the
-    kernel and held from that moment) until the job ends."""
-    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    kernel and held from that moment) until the job ends; its timeout is ``seconds`` (None:
+    30 minutes)."""
     try:
         return TCPStore(
             host,
