@@ -2,7 +2,7 @@
 
 Rows:
 
-- ``off: hook only`` -- the check every public collective starts with
+- ``off: hook only`` -- the check the wrapper of every public collective makes
   (``if self._debug:``), timed alone with ``timeit`` against an empty statement.
 - ``off: all_reduce(3.5)`` / ``off: all_reduce(tensor)`` -- whole calls through the facade
   in a gloo world of one (debug off), for scale: the hook's share of a call.

@@ -107,6 +107,78 @@ def test_describe_never_raises_on_bad_arguments() -> None:
     assert describe("all_to_all", {"x": "not a list"}, repr)
 
 
+_T = torch.ones(2)
+#: each collective's call, and the arguments the checker must compare (as the collectives
+#: named them before the wrapper did it for them)
+_COMPARED: list[tuple[str, tuple[Any, ...], dict[str, Any], dict[str, Any]]] = [
+    ("all_reduce", (_T,), {"op": "MAX"}, {"x": _T, "op": "MAX"}),
+    ("all_gather", (_T,), {}, {"x": _T}),
+    ("broadcast", (_T, 0), {"safe_mode": True}, {"x": _T, "src": 0, "safe_mode": True}),
+    ("all_gather_tensors_with_shapes", (_T, [[2]]), {}, {"x": _T, "shapes": [[2]]}),
+    ("reduce", (_T,), {"dst": 0}, {"x": _T, "dst": 0, "op": "SUM"}),
+    ("gather", (_T,), {"same_shape": True}, {"x": _T, "dst": 0, "same_shape": True}),
+    ("scatter", ([_T],), {"out": torch.zeros(2)}, {"x": [_T], "src": 0, "out": torch.zeros(2)}),
+    ("reduce_scatter", (_T, "SUM"), {}, {"x": _T, "op": "SUM"}),
+    ("all_to_all", ([_T],), {}, {"x": [_T], "same_shape": False}),
+    ("all_gather_object", ({"a": 1},), {}, {}),
+    ("gather_object", ("o",), {"dst": 0}, {"dst": 0}),
+    ("broadcast_object", ("o", 0), {}, {"src": 0}),
+    ("scatter_object", (["o"],), {}, {"x": ["o"], "src": 0}),
+]
+
+
+@pytest.mark.parametrize(("call", "args", "kwargs", "compared"), _COMPARED)
+def test_the_wrapper_compares_every_collective_once(
+    monkeypatch: pytest.MonkeyPatch,
+    call: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    compared: dict[str, Any],
+) -> None:
+    seen: list[tuple[str, Any, dict[str, Any]]] = []
+
+    class Recorder:
+        def check(self, model: Any, op: str, group: Any, named: dict[str, Any]) -> None:
+            seen.append((op, group, named))
+
+    model = _state.current()  # the serial model
+    monkeypatch.setattr(model, "_debug", True)
+    monkeypatch.setattr(model, "_debug_checker", Recorder())
+    getattr(model, call)(*args, **kwargs)
+    model.all_reduce(3, group=[0])  # a group given by keyword reaches the checker as given
+    assert [(op, group) for op, group, _ in seen] == [(call, None), ("all_reduce", [0])]
+    got = describe(call, seen[0][2], repr)
+    assert got == describe(call, compared, repr)
+    monkeypatch.setattr(model, "_debug", False)
+    getattr(model, call)(*args, **kwargs)
+    assert len(seen) == 2
+
+
+def test_barrier_compares_untimed_calls_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[str, Any, dict[str, Any]]] = []
+
+    class Recorder:
+        def check(self, model: Any, op: str, group: Any, named: dict[str, Any]) -> None:
+            seen.append((op, group, named))
+
+    model = _state.current()
+    monkeypatch.setattr(model, "_debug", True)
+    monkeypatch.setattr(model, "_debug_checker", Recorder())
+    model.barrier()
+    model.barrier(timeout=5)
+    model.barrier([0])
+    assert seen == [("barrier", None, {}), ("barrier", [0], {})]
+
+
+def test_a_call_that_does_not_bind_fails_as_the_method_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = _state.current()
+    monkeypatch.setattr(model, "_debug", True)
+    with pytest.raises(TypeError, match="opp"):
+        model.all_reduce(1, opp="SUM")
+
+
 def test_call_site_is_the_users_line(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[Fingerprint, str]] = []
 

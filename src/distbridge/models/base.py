@@ -57,26 +57,48 @@ _Method = TypeVar("_Method", bound=Callable[..., Any])
 _NO: Final = object()  # a positional slot of the ledger's wrapper that the caller left empty
 
 
-def collective(op: str, x_at: int, group_at: int) -> Callable[[_Method], _Method]:
+def collective(
+    op: str, x_at: int, group_at: int, compared: bool = True
+) -> Callable[[_Method], _Method]:
     """Decorate a model's public collective ``op``. Each call is recorded in ``self.ledger``
     (a sequence number in its group's log, the op, the payload's dtype and shape or type,
-    the caller's code position outside distbridge) and marked passed or raised; an engine
-    error that a failed peer or a hang explains is raised as what
-    `fail_together.peer_failure` makes of it. Under torch.compile (Dynamo tracing) the call
-    goes to the method as it is.
+    the caller's code position outside distbridge) and marked passed or raised; in debug
+    mode the group's members compare it before it runs. An engine error that a failed peer
+    or a hang explains is raised as what `fail_together.peer_failure` makes of it. Under
+    torch.compile (Dynamo tracing) the call goes to the method as it is.
 
     ``x_at``: the payload's position after ``self`` (0, or -1: none); ``group_at``: the
-    position of ``group``. The method stays reachable as ``__wrapped__``.
+    position of ``group``; ``compared``: False where the method runs the debug mode's
+    comparison itself (barrier: untimed calls only). The method stays reachable as
+    ``__wrapped__``.
     """
 
     def decorate(method: _Method) -> _Method:
-        x_name = list(inspect.signature(method).parameters)[1] if x_at == 0 else ""
+        signature = inspect.signature(method)
+        x_name = list(signature.parameters)[1] if x_at == 0 else ""
+
+        def compare(self: Any, given: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            """Debug mode: the members of the group compare this call before it runs, and
+            raise `CollectiveMismatch` when they differ (``reliability/debug.py``). They see
+            every argument but ``group`` by name, defaults filled in, the payload as ``x``."""
+            try:
+                bound = signature.bind(self, *given, **kwargs)
+            except TypeError:  # the method raises its own error
+                return
+            bound.apply_defaults()
+            named = bound.arguments
+            del named["self"]
+            named["x"] = named.pop(x_name)
+            self._debug_checker.check(self, op, named.pop("group"), named)
 
         def call(self: Any, given: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            """``method`` with the slots that were given (a prefix of them), then the rest."""
+            """``method`` with the slots that were given (a prefix of them), then the rest;
+            an eager call in debug mode is compared first."""
             end = 0
             while end < len(given) and given[end] is not _NO:
                 end += 1
+            if self._debug and compared and not _compiling():
+                compare(self, given[:end], kwargs)
             return method(self, *given[:end], **kwargs)
 
         # Up to four positional arguments arrive in positional-only slots and are passed on
@@ -124,7 +146,7 @@ def collective(op: str, x_at: int, group_at: int) -> Callable[[_Method], _Method
                 entry = (seq, op, x.__class__, None, code, frame.f_lasti)
             log.ring[seq % log.capacity] = entry
             try:
-                if args or kwargs or a3 is not _NO:
+                if args or kwargs or a3 is not _NO or self._debug:
                     result = call(self, (a0, a1, a2, a3, *args), kwargs)
                 elif a1 is _NO:
                     result = method(self) if a0 is _NO else method(self, a0)
@@ -157,7 +179,7 @@ class ComputationModel(BackendPrimitives):
 
     def __init__(self) -> None:
         super().__init__()
-        self._debug = debug.enabled_by_env()  # checked in every public collective (after compile)
+        self._debug = debug.enabled_by_env()  # read by `collective`'s wrapper and barrier
         self._debug_checker = debug.CollectiveChecker()
         # op as given -> canonical name, for the usual spellings ("sum", "Sum", "AVERAGE")
         self._op_names = codec.op_spellings(self.reduce_ops)
@@ -175,8 +197,6 @@ class ComputationModel(BackendPrimitives):
         """Reduce ``x`` across ranks; see ``distbridge.all_reduce``."""
         if self.functional_collectives and _compiling() and isinstance(x, torch.Tensor):
             return traceable.all_reduce(self, x, op, group)
-        if self._debug:
-            self._check_collective("all_reduce", group, x=x, op=op)
         if not isinstance(x, torch.Tensor):
             return self._reduce_number(x, op, group)
         key = (op, x.dtype, x.device, x.layout) if group is None and type(op) is str else None
@@ -214,8 +234,6 @@ class ComputationModel(BackendPrimitives):
         """Gather ``x`` from every rank; see ``distbridge.all_gather``."""
         if self.functional_collectives and _compiling() and isinstance(x, torch.Tensor):
             return traceable.all_gather(self, x, group)
-        if self._debug:
-            self._check_collective("all_gather", group, x=x)
         resolved = self.groups.resolve(group)
         if isinstance(x, torch.Tensor):
             check_dense(x, "all_gather")
@@ -234,8 +252,6 @@ class ComputationModel(BackendPrimitives):
         traced = self.functional_collectives and _compiling()
         if traced and isinstance(x, torch.Tensor) and not safe_mode:
             return traceable.broadcast(self, x, src, group)
-        if self._debug:
-            self._check_collective("broadcast", group, x=x, src=src, safe_mode=safe_mode)
         resolved = self.groups.resolve(group)
         self.check_root("src", src, resolved)
         member = resolved is not NOT_A_MEMBER  # a rank outside the group checks as one in it
@@ -258,7 +274,7 @@ class ComputationModel(BackendPrimitives):
             return x
         return values.broadcast_value(self, x if is_src else None, src, resolved)
 
-    @collective("barrier", -1, 0)
+    @collective("barrier", -1, 0, compared=False)
     def barrier(
         self,
         group: Group | None = None,
@@ -273,7 +289,7 @@ class ComputationModel(BackendPrimitives):
         check_name(name)
         ids = check_barrier_options(async_op, device_ids, seconds)
         if self._debug and seconds is None:  # a timed barrier names missing ranks itself
-            self._check_collective("barrier", group)
+            self._debug_checker.check(self, "barrier", group, {})
         resolved = self.groups.resolve(group)
         done = CompletedBarrier() if async_op else None
         if resolved is NOT_A_MEMBER:
@@ -305,8 +321,6 @@ class ComputationModel(BackendPrimitives):
     ) -> list[torch.Tensor]:
         """Gather tensors whose shapes (number of dims too) differ across ranks; ``shapes[i]``
         is group rank i's; see ``distbridge.all_gather_tensors_with_shapes``."""
-        if self._debug:
-            self._check_collective("all_gather_tensors_with_shapes", group, x=tensor, shapes=shapes)
         return reduce_gather_scatter.all_gather_with_shapes(self, tensor, shapes, group)
 
     @collective("reduce", 0, 3)
@@ -314,8 +328,6 @@ class ComputationModel(BackendPrimitives):
         """Reduce onto ``dst``; see ``distbridge.reduce``."""
         if self.functional_collectives and _compiling() and isinstance(x, torch.Tensor):
             return traceable.reduce(self, x, dst, op, group)
-        if self._debug:
-            self._check_collective("reduce", group, x=x, dst=dst, op=op)
         return reduce_gather_scatter.reduce(self, x, dst, op, group)
 
     @collective("gather", 0, 2)
@@ -325,8 +337,6 @@ class ComputationModel(BackendPrimitives):
         """Collect every rank's ``x`` on ``dst``; see ``distbridge.gather``."""
         if self.functional_collectives and _compiling() and isinstance(x, torch.Tensor):
             return traceable.gather(self, x, dst, group)
-        if self._debug:
-            self._check_collective("gather", group, x=x, dst=dst, same_shape=same_shape)
         fast = group is None and same_shape is True and type(x) is torch.Tensor
         if fast and self.fast_gather.knows(x):  # a tensor like it passed the checks
             got = reduce_gather_scatter.gather_known(self, x, dst)  # None: a bad dst
@@ -341,8 +351,6 @@ class ComputationModel(BackendPrimitives):
         """Give rank r ``tensors[r]`` from ``src``; see ``distbridge.scatter``."""
         if self.functional_collectives and _compiling():
             return traceable.scatter(self, tensors, src, group, out)
-        if self._debug:
-            self._check_collective("scatter", group, x=tensors, src=src, out=out)
         if group is None and type(out) is torch.Tensor and self.fast_scatter.knows(out):
             sent = reduce_gather_scatter.scatter_known(self, tensors, src, out)
             if sent is not None:  # None: not plainly right
@@ -354,8 +362,6 @@ class ComputationModel(BackendPrimitives):
         """Reduce, then give rank r chunk r; see ``distbridge.reduce_scatter``."""
         if self.functional_collectives and _compiling() and isinstance(tensor, torch.Tensor):
             return traceable.reduce_scatter(self, tensor, op, group)
-        if self._debug:
-            self._check_collective("reduce_scatter", group, x=tensor, op=op)
         return reduce_gather_scatter.reduce_scatter(self, tensor, op, group)
 
     @collective("all_to_all", 0, 1)
@@ -365,8 +371,6 @@ class ComputationModel(BackendPrimitives):
         """Send ``tensors[j]`` to rank j; see ``distbridge.all_to_all``."""
         if self.functional_collectives and _compiling():
             return traceable.all_to_all(self, tensors, group)
-        if self._debug:
-            self._check_collective("all_to_all", group, x=tensors, same_shape=same_shape)
         if group is None and type(tensors) is torch.Tensor and type(same_shape) is bool:
             if self.fast_all_to_all.knows(tensors):  # a tensor like it passed the checks
                 return self._do_all_to_all_even(tensors, None)
@@ -381,8 +385,6 @@ class ComputationModel(BackendPrimitives):
         self, obj: Any, group: Group | None = None, serializer: Serializer | None = None
     ) -> list[Any]:
         """Every rank's ``obj``; see ``distbridge.all_gather_object``."""
-        if self._debug:
-            self._check_collective("all_gather_object", group)
         return object_collectives.all_gather_object(self, obj, group, serializer)
 
     @collective("gather_object", 0, 2)
@@ -394,8 +396,6 @@ class ComputationModel(BackendPrimitives):
         serializer: Serializer | None = None,
     ) -> list[Any]:
         """Every rank's ``obj`` on ``dst``; see ``distbridge.gather_object``."""
-        if self._debug:
-            self._check_collective("gather_object", group, dst=dst)
         return object_collectives.gather_object(self, obj, dst, group, serializer)
 
     @collective("broadcast_object", 0, 2)
@@ -407,8 +407,6 @@ class ComputationModel(BackendPrimitives):
         serializer: Serializer | None = None,
     ) -> Any:
         """Rank ``src``'s ``obj`` on every rank; see ``distbridge.broadcast_object``."""
-        if self._debug:
-            self._check_collective("broadcast_object", group, src=src)
         return object_collectives.broadcast_object(self, obj, src, group, serializer)
 
     @collective("scatter_object", 0, 2)
@@ -420,16 +418,9 @@ class ComputationModel(BackendPrimitives):
         serializer: Serializer | None = None,
     ) -> Any:
         """``objs[r]`` from ``src`` on group rank r; see ``distbridge.scatter_object``."""
-        if self._debug:
-            self._check_collective("scatter_object", group, x=objs, src=src)
         return object_collectives.scatter_object(self, objs, src, group, serializer)
 
     # ---- debug mode --------------------------------------------------------------------------
-
-    def _check_collective(self, call: str, group: Any, **args: Any) -> None:
-        """Debug mode: compare this collective with the other members' before running it;
-        `CollectiveMismatch` on every rank when they differ (see ``reliability/debug.py``)."""
-        self._debug_checker.check(self, call, group, args)
 
     def _set_debug(self, flag: bool | None) -> Self:
         """Turn the debug mode on or off (None: keep what ``DISTBRIDGE_DEBUG`` said)."""
