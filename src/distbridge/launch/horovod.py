@@ -66,14 +66,7 @@ class _HorovodWorker(JoinedCall):
         try:
             return self.run()
         except BaseException as exc:  # reported before leaving the job: the others fail later
-            _, worker_traceback, type_name, message = error_report(exc)
-            record = {
-                "rank": rank,
-                "type": type_name,
-                "message": message,
-                "traceback": worker_traceback,
-                "time": time.time(),
-            }
+            record = {"rank": rank, "report": error_report(exc), "time": time.time()}
             print(_MARK + json.dumps(record), file=sys.stderr, flush=True)
             raise
         finally:
@@ -191,12 +184,11 @@ def _failure(
                     records.append(json.loads(line.split(_MARK, 1)[1]))
     if records:
         # A rank that raised first, and not because a peer failed or left, is the cause.
-        first = min(records, key=lambda r: (r["type"] in _PEER_ERRORS, r["time"]))
+        first = min(records, key=lambda r: (r["report"][2] in _PEER_ERRORS, r["time"]))
         rank = int(first["rank"])
-        report = ("error", first["traceback"], first["type"], first["message"])
         others = [r for r in records if r is not first]
-        reports = {int(r["rank"]): one_line(r["type"], r["message"]) for r in others}
-        return raised_error(rank, rank % nproc, report, reports)
+        reports = {int(r["rank"]): one_line(*r["report"][2:]) for r in others}
+        return raised_error(rank, rank % nproc, tuple(first["report"]), reports)
     if job_timeout is not None and elapsed >= job_timeout:
         return SpawnTimeoutError(
             f"The job ran past its job_timeout of {job_timeout} s and every worker was stopped "
