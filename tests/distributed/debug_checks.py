@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.distributed.device_mesh import init_device_mesh
 
 import distbridge as idist
 from distbridge.errors import CollectiveMismatch
@@ -46,6 +47,16 @@ def different_shapes(call: str) -> None:
         collective(torch.zeros(3))  # site: shape-0
     else:
         collective(torch.zeros(4))  # site: shape-1
+
+
+def different_shapes_on_a_mesh() -> None:
+    """all_reduce over a one-dimensional DeviceMesh of the world: 3 elements on rank 0, 4 on
+    rank 1."""
+    mesh = init_device_mesh("cpu", (idist.get_world_size(),))
+    if idist.get_rank() == 0:
+        idist.all_reduce(torch.zeros(3), group=mesh)  # site: mesh-0
+    else:
+        idist.all_reduce(torch.zeros(4), group=mesh)  # site: mesh-1
 
 
 def different_dtypes(call: str) -> None:
@@ -99,6 +110,7 @@ SCENARIOS: dict[str, Callable[[], None]] = {
     "shape_all_reduce": functools.partial(different_shapes, "all_reduce"),
     "shape_all_gather": functools.partial(different_shapes, "all_gather"),
     "shape_broadcast": functools.partial(different_shapes, "broadcast"),
+    "shape_on_a_mesh": different_shapes_on_a_mesh,
     "dtype_reduce": functools.partial(different_dtypes, "reduce"),
     "dtype_reduce_scatter": functools.partial(different_dtypes, "reduce_scatter"),
     "skipped": skipped_collective,

@@ -66,6 +66,8 @@ MISMATCHES = [
                                             _tensor("all_gather", "float32", 4))),
     ("shape_broadcast", "shape", "shape", (_tensor("broadcast", "float32", 3),
                                            _tensor("broadcast", "float32", 4))),
+    ("shape_on_a_mesh", "mesh", "shape", (_tensor("all_reduce", "float32", 3),
+                                          _tensor("all_reduce", "float32", 4))),
     ("dtype_reduce", "dtype", "dtype", (_tensor("reduce", "float32", 2),
                                         _tensor("reduce", "float64", 2))),
     ("dtype_reduce_scatter", "dtype", "dtype", (_tensor("reduce_scatter", "float32", 2),

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from distbridge.algorithms import codec
+from distbridge.algorithms.groups import NOT_A_MEMBER
 from distbridge.errors import CollectiveMismatch
 from distbridge.reliability.fingerprint import Fingerprint, call_site, describe
 from distbridge.reliability.hang.engine_trace import group_text
@@ -149,11 +150,11 @@ def _members(model: ModelContract, group: object) -> tuple[int, ...] | None:
             if not all(type(r) is int and 0 <= r < world for r in group):
                 return None
             members = tuple(sorted(set(group)))
-        else:
-            model._check_group(group)
-            if model._group_rank(group) < 0:
+        else:  # a backend group, or a DeviceMesh (whose group resolve gives)
+            resolved = model.groups.resolve(group)
+            if resolved is NOT_A_MEMBER:
                 return None
-            members = tuple(sorted(model._group_members(group)))
+            members = tuple(sorted(model._group_members(resolved)))
     except (TypeError, ValueError, RuntimeError):
         return None
     return members if rank in members else None
