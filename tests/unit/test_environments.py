@@ -6,6 +6,7 @@ import os
 import socket
 import time
 from datetime import timedelta
+from types import ModuleType
 
 import pytest
 import torch.distributed as dist
@@ -95,6 +96,20 @@ def test_malformed_value_names_the_variable(key: str) -> None:
     env = {**TORCHRUN, key: "abc"}
     with pytest.raises(ValueError, match=rf"Environment variable {key}='abc' is not an integer"):
         torchelastic.detect(env)
+
+
+@pytest.mark.parametrize("port", ["70000", "-1", "0", "65536"])
+@pytest.mark.parametrize("launcher", [torchelastic, mpi])
+def test_master_port_out_of_range_names_the_value(port: str, launcher: ModuleType) -> None:
+    """A MASTER_PORT no socket can use fails at detection, not later in the rendezvous."""
+    ompi = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}
+    env = {**TORCHRUN, **ompi, "MASTER_PORT": port}
+    with pytest.raises(
+        ValueError,
+        match=rf"^Environment variable MASTER_PORT='{port}' is not a port number "
+        r"\(1 to 65535\); fix or unset it\.$",
+    ):
+        launcher.detect(env)
 
 
 def test_rank_at_or_past_world_size_is_refused() -> None:

@@ -160,12 +160,18 @@ def master_addr(env: Mapping[str, str], *, one_node: bool) -> str | None:
 
 
 def master_port(env: Mapping[str, str], job_key: str | None) -> int | None:
-    """MASTER_PORT when set; else a port derived from ``job_key`` (see ``derived_port``); else
-    None. ``job_key`` is a value the launcher gives every rank of one job alike."""
+    """MASTER_PORT when set (ValueError naming it unless it is a port number, 1 to 65535);
+    else a port derived from ``job_key`` (see ``derived_port``); else None. ``job_key`` is a
+    value the launcher gives every rank of one job alike."""
     port = read_int(env, "MASTER_PORT")
-    if port is not None:
-        return port
-    return derived_port(job_key) if job_key else None
+    if port is None:
+        return derived_port(job_key) if job_key else None
+    if not 0 < port < 65536:
+        raise ValueError(
+            f"Environment variable MASTER_PORT={env['MASTER_PORT']!r} is not a port number "
+            "(1 to 65535); fix or unset it."
+        )
+    return port
 
 
 def derived_port(job_key: str) -> int:

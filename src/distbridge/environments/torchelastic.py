@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from distbridge.environments.base import LaunchEnvironment, Variables, read_int
+from distbridge.environments.base import LaunchEnvironment, Variables, master_port, read_int
 
 __all__ = ["detect"]
 
@@ -49,6 +49,6 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
         node_rank=node_rank,
         nnodes=nnodes,
         master_addr=env.get("MASTER_ADDR") or None,
-        master_port=read_int(env, "MASTER_PORT"),
+        master_port=master_port(env, None),
         variables=Variables("torchrun variables", names),
     )
