@@ -9,6 +9,7 @@ verdict must find the same from the ledgers.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,3 +168,16 @@ def test_an_empty_dump_directory_is_named(tmp_path: Path) -> None:
         FileNotFoundError, match=r"holds no rank<r>\.json file: set DISTBRIDGE_HANG"
     ):
         read_dump_dir(str(tmp_path))
+
+
+def test_a_dump_directory_reads_only_the_ranks_reports(tmp_path: Path) -> None:
+    # ``why`` reads the current folder by default: another JSON file there named rank...
+    # (or a report file that is not one) used to stop it with a KeyError or AttributeError
+    record = {"seq": 1, "op": "all_reduce", "what": "float32[3]", "site": "t.py:1 in f"}
+    (tmp_path / "rank0.json").write_text(json.dumps({"rank": 0, "records": [record]}))
+    (tmp_path / "ranking.json").write_text(json.dumps([3, 1, 2]))
+    (tmp_path / "rank_notes.json").write_text(json.dumps({"notes": "none"}))
+    (tmp_path / "rank1.json").write_text("{not json")
+    reports, world_size = read_dump_dir(str(tmp_path))
+    assert [r.rank for r in reports] == [0] and world_size == 1
+    assert reports[0].records[0].op == "all_reduce"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 from collections.abc import Mapping
 from datetime import timedelta
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ask_job", "collect", "job_verdict", "read_dump_dir"]
 
+_REPORT_FILE = re.compile(r"rank(\d+)\.json")  # a rank's report in a dump directory
+
 
 def _published(store: Any, rank: int) -> dict[str, Any] | None:
     key = ledger_key(rank)
@@ -49,9 +52,10 @@ def _published(store: Any, rank: int) -> dict[str, Any] | None:
     return None
 
 
-def _dumped(rank: int) -> dict[str, Any] | None:
-    """The report ``rank`` last wrote to the dump directory (``DISTBRIDGE_HANG_DIR``), if any."""
-    directory = os.environ.get(DIR_ENV_VAR)
+def _dumped(rank: int, directory: str | None = None) -> dict[str, Any] | None:
+    """The report ``rank`` last wrote to dump ``directory`` (default: ``DISTBRIDGE_HANG_DIR``),
+    if any."""
+    directory = directory or os.environ.get(DIR_ENV_VAR)
     loaded = read_json(os.path.join(directory, f"rank{rank}.json")) if directory else None
     return loaded if loaded is not None and loaded.get("rank") == rank else None
 
@@ -119,15 +123,12 @@ def collect(
 
 def read_dump_dir(path: str) -> tuple[list[RankReport], int]:
     """The reports the ranks wrote to dump directory ``path`` (``rank<r>.json``), as not
-    asked: what each last wrote; and the world size they imply (the highest rank + 1).
-    FileNotFoundError when there is none."""
-    reports = []
-    for name in sorted(os.listdir(path)):
-        if not (name.startswith("rank") and name.endswith(".json")):
-            continue
-        with open(os.path.join(path, name), encoding="utf-8") as data:
-            loaded = json.load(data)
-        reports.append(as_report(loaded, answered=True, asked=False))
+    asked: what each last wrote; and the world size they imply (the highest rank + 1). Other
+    files, and one that is not its rank's report, are left out. FileNotFoundError when there
+    is none."""
+    ranks = sorted(int(m[1]) for name in os.listdir(path) if (m := _REPORT_FILE.fullmatch(name)))
+    dumped = [loaded for rank in ranks if (loaded := _dumped(rank, path)) is not None]
+    reports = [as_report(loaded, answered=True, asked=False) for loaded in dumped]
     if not reports:
         raise FileNotFoundError(
             f"{path!r} holds no rank<r>.json file: set {DIR_ENV_VAR} to it before the job "
