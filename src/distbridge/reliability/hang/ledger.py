@@ -87,6 +87,13 @@ class GroupLog:
         got = [self.ring[seq % self.capacity] for seq in range(first, self.seq + 1)]
         return [entry for entry in got if entry is not None]
 
+    def state(self, seq: int) -> str:
+        """Collective ``seq``'s state (``seq >= 1``): "waiting" (this rank is in it now),
+        "raised" or "done"."""
+        if seq > self.passed:
+            return "waiting"
+        return "raised" if self.raised[seq % self.capacity] == seq else "done"
+
 
 def _line(code: Any, offset: int) -> int:
     """The source line of instruction ``offset`` in ``code``."""
@@ -191,12 +198,6 @@ class CollectiveLedger:
         records: list[dict[str, Any]] = []
         for log in self.logs():
             for seq, op, kind, shape, code, offset in log.entries(limit):
-                if seq > log.passed:
-                    state = "waiting"
-                elif log.raised[seq % log.capacity] == seq:
-                    state = "raised"
-                else:
-                    state = "done"
                 site = f"{short_path(code.co_filename)}:{_line(code, offset)} in {code.co_name}"
                 records.append(
                     {
@@ -205,7 +206,7 @@ class CollectiveLedger:
                         "group": None if log.members is None else list(log.members),
                         "what": _what(kind, shape),
                         "site": site,
-                        "state": state,
+                        "state": log.state(seq),
                     }
                 )
         return records

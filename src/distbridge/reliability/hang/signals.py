@@ -192,10 +192,7 @@ class _Watch:
 
 def _in_trouble(ledger: CollectiveLedger) -> bool:
     """Whether this rank's last collective of some group has not returned, or raised."""
-    return any(
-        log.seq > log.passed or (log.seq > 0 and log.raised[log.seq % log.capacity] == log.seq)
-        for log in ledger.logs()
-    )
+    return any(log.seq > 0 and log.state(log.seq) != "done" for log in ledger.logs())
 
 
 #: the installed handlers of this process (at most one), emptied by `unwatch_signals`
