@@ -181,3 +181,15 @@ def test_a_dump_directory_reads_only_the_ranks_reports(tmp_path: Path) -> None:
     reports, world_size = read_dump_dir(str(tmp_path))
     assert [r.rank for r in reports] == [0] and world_size == 1
     assert reports[0].records[0].op == "all_reduce"
+
+
+def test_a_group_member_without_a_report_is_silent() -> None:
+    # ``why DIR`` takes the world size from the files: rank 2, which left none (killed before
+    # its first write), is still a member of the group the others wait in (was a KeyError)
+    waiting = Record(1, "all_reduce", (0, 2), "float32[3]", "t.py:1 in f", "waiting")
+    found = verdict([RankReport(0, (waiting,)), RankReport(1)], 2)
+    assert found.kind == "hang" and dict(found.behind) == {2: 0} and found.silent == (2,)
+    assert found.text.splitlines()[0] == (
+        "rank 2 of 3 did not reach it; it did not answer; rank 0 waits in all_reduce #1 of "
+        "group [0, 2] (t.py:1)."
+    )

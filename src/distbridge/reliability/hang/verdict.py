@@ -344,11 +344,13 @@ def _silent_line(ledgers: _Ledgers, rank: int) -> str:
 
 
 def verdict(reports: Iterable[RankReport], world_size: int = 0) -> Verdict:
-    """Who is at fault in a stuck job of ``world_size`` ranks (0: the highest rank reported,
-    plus one), from a `RankReport` per rank (a rank without one is taken as silent): a
-    `Verdict`, whose ``text`` names the ranks at fault, the collective and the sites."""
+    """Who is at fault in a stuck job of ``world_size`` ranks (at least the highest rank
+    reported, or in a reported group, plus one), from a `RankReport` per rank (a rank without
+    one is taken as silent): a `Verdict`, whose ``text`` names the ranks at fault, the
+    collective and the sites."""
     by_rank = {report.rank: report for report in reports}
-    size = max(world_size, max(by_rank, default=-1) + 1)
+    grouped = {m for report in by_rank.values() for r in report.records for m in r.group or ()}
+    size = max([world_size, *(rank + 1 for rank in {*by_rank, *grouped})])
     for rank in range(size):
         by_rank.setdefault(rank, RankReport(rank, answered=False))
     ledgers = _Ledgers(by_rank, size)
