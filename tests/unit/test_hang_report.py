@@ -128,3 +128,24 @@ def test_a_rank_the_store_has_nothing_of_is_described_by_its_dump(
     assert not reports[1].answered and reports[1].asked
     assert reports[1].records[-1].op == "all_gather"
     assert reports[1].records == tuple(Record.from_dict(r) for r in written["records"])
+
+
+def test_a_dump_directory_that_cannot_be_written_leaves_the_reporter_answering(
+    store: TCPStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The dump directory removed during the job (a temporary folder's cleaner, a full disk):
+    # its write's OSError ended the reporter's thread, so the rank stopped answering.
+    monkeypatch.setattr(hang_report, "POLL_SECONDS", 0.05)
+    dumps = tmp_path / "dumps"
+    monkeypatch.setenv(hang_report.DIR_ENV_VAR, str(dumps))
+    done = threading.Event()
+    reporter = Reporter(store, 0, current().ledger, lambda: not done.is_set(), world_size=1)
+    try:
+        dumps.rmdir()
+        idist.all_reduce(torch.ones(2))  # a new ledger version: the next tick writes
+        time.sleep(0.3)
+        reports, _ = ask_job(f"127.0.0.1:{store.port}", wait=5)
+    finally:
+        done.set()
+        reporter.stop()
+    assert reports[0].answered and reports[0].records[-1].op == "all_reduce"

@@ -198,7 +198,8 @@ class Reporter(StoreThread):
         if self._dir and (changed or now - self._written >= REWRITE_SECONDS):
             self._written = now
             engine = None if changed else self._still_engine(version, now)
-            write_report(self._dir, self._rank, report(self._rank, self._ledger, None, engine))
+            with contextlib.suppress(OSError):  # the folder is gone or full: answer on
+                write_report(self._dir, self._rank, report(self._rank, self._ledger, None, engine))
 
     def _still_engine(self, version: int, now: float) -> dict[str, Any] | None:
         """The engine's record while the ledger stands still at ``version``: read once per
