@@ -175,12 +175,14 @@ def _per_node_defaults(spawn_only: dict[str, Any]) -> dict[str, Any]:
 
 
 def _port(port: object) -> int | None:
-    """``port`` as an int: a str of digits is taken, as ignite takes what argparse gives."""
-    if isinstance(port, str) and port.strip().isdigit():
-        return int(port)
-    if port is not None and (not isinstance(port, int) or isinstance(port, bool)):
+    """``port`` as an int in 1..65535 (or None): a str of digits is taken, as ignite takes what
+    argparse gives."""
+    number = int(port) if isinstance(port, str) and port.strip().isdigit() else port
+    if number is None:
+        return None
+    if not isinstance(number, int) or isinstance(number, bool) or not 0 < number < 65536:
         raise ValueError(f"master_port must be a port number (1..65535), got {port!r}.")
-    return port
+    return number
 
 
 def _check_spawn_layout(

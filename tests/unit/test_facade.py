@@ -533,6 +533,16 @@ def test_parallel_spawn_goes_through_spawn(registered: type[RecordingModel]) -> 
     assert registered.created == []  # spawning does not initialize the parent
 
 
+@pytest.mark.parametrize("port", [70000, -1, 0, "70000"])
+def test_parallel_refuses_a_port_out_of_range(registered: type[RecordingModel], port: Any) -> None:
+    """The range its message names is checked for every backend, not only by native spawn."""
+    with pytest.raises(
+        ValueError, match=rf"^master_port must be a port number \(1\.\.65535\), got {port!r}\.$"
+    ):
+        idist.Parallel(backend="recbk", nproc_per_node=2, master_port=port)
+    assert registered.spawned == []
+
+
 # ---- a real world of one (gloo, in this process, no port) -------------------------------------
 
 
