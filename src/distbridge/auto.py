@@ -24,7 +24,7 @@ from distbridge._sharding import (
     fully_shard_model,
     was_replaced,
 )
-from distbridge.errors import DistributedError
+from distbridge.errors import ArgumentTypeError, DistributedError
 
 __all__ = ["DistributedProxySampler", "auto_dataloader", "auto_model", "auto_optim"]
 
@@ -228,7 +228,7 @@ def auto_dataloader(dataset: Dataset[Any], **kwargs: Any) -> DataLoader[Any] | A
     world, rank = _api.get_world_size(), _api.get_rank()
     if world > 1:
         if "batch_size" in kwargs:
-            kwargs["batch_size"] = _split("batch_size", kwargs["batch_size"], world)
+            kwargs["batch_size"] = _split(kwargs["batch_size"], world)
         if "num_workers" in kwargs:
             per_node = _api.get_nproc_per_node()
             kwargs["num_workers"] = (kwargs["num_workers"] + per_node - 1) // per_node
@@ -306,10 +306,21 @@ def _check_distributed_sampler(sampler: DistributedSampler[Any], world: int, ran
         )
 
 
-def _split(name: str, value: int, world: int) -> int:
+def _split(value: object, world: int) -> int | None:
+    """The global batch size ``value`` split across ``world`` processes (None: no automatic
+    batching, nothing to split); ValueError unless an int >= 1 (ArgumentTypeError, a
+    TypeError too, for a str, ...)."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        error = ValueError if isinstance(value, (int, float)) else ArgumentTypeError
+        raise error(
+            f"auto_dataloader(batch_size={value!r}): the global batch size must be an int >= 1, "
+            "or None for no automatic batching."
+        )
     if value % world:
         warnings.warn(
-            f"{name}={value} is the global batch size and does not divide by the {world} "
+            f"batch_size={value} is the global batch size and does not divide by the {world} "
             f"processes: each loads {max(value // world, 1)} per step, "
             f"{max(value // world, 1) * world} in all. Pass a multiple of {world} to keep it.",
             UserWarning,

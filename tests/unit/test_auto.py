@@ -80,3 +80,32 @@ def test_auto_helpers_refuse_a_launched_process_without_a_context(
     finally:
         monkeypatch.undo()
         idist.sync()
+
+
+def _world_of_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto_dataloader sees rank 0 of a native world of 2 on this machine (no process group)."""
+    from distbridge import _api
+
+    answers = {"model_name": "native-dist", "get_world_size": 2, "get_rank": 0,
+               "get_nproc_per_node": 2, "device": torch.device("cpu")}  # fmt: skip
+    for name, value in answers.items():
+        monkeypatch.setattr(_api, name, lambda value=value: value)
+
+
+@pytest.mark.parametrize("batch_size", [0, -4, 2.5, "8"])
+def test_auto_dataloader_refuses_a_bad_global_batch_size(
+    monkeypatch: pytest.MonkeyPatch, batch_size: object
+) -> None:
+    """Before: 0 and -4 became a batch of 1 per rank without a word (DataLoader refuses 0)."""
+    _world_of_two(monkeypatch)
+    with pytest.raises(ValueError, match=rf"^auto_dataloader\(batch_size={batch_size!r}\): "):
+        idist.auto_dataloader(TensorDataset(torch.arange(4.0)), batch_size=batch_size)
+
+
+def test_auto_dataloader_passes_batch_size_none_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    """None (DataLoader: no automatic batching) has nothing to split, as in a world of one."""
+    _world_of_two(monkeypatch)
+    dataset = TensorDataset(torch.arange(4.0))
+    loader = idist.auto_dataloader(dataset, batch_size=None, shuffle=False)
+    assert loader.batch_size is None
+    assert [x[0].item() for x in loader] == [0.0, 2.0]  # rank 0's shard, one sample at a time
