@@ -26,6 +26,7 @@ from distbridge._api import get_rank, get_world_size
 from distbridge._collectives import all_reduce, barrier
 from distbridge._state import current
 from distbridge.checkpoint import load_checkpoint, save_checkpoint
+from distbridge.environments.base import read_int
 from distbridge.environments.slurm import requeue_job_id
 from distbridge.objects import all_gather_object, broadcast_object
 from distbridge.reliability.hang.signals import unwatch_signals, watch_signals
@@ -81,6 +82,9 @@ class StopGuard:
                 raise ValueError(f"StopGuard({name}={value!r}): pass an int >= 1.")
         if time_budget is not None and not time_budget > 0:
             raise ValueError(f"StopGuard(time_budget={time_budget!r}): pass seconds > 0 or None.")
+        for name, names in (("signals", signals), ("timeout_signals", timeout_signals)):
+            if isinstance(names, str):
+                raise TypeError(f"StopGuard({name}={names!r}): pass a list of signal names.")
         self.run_dir = Path(run_dir)
         self.check_every, self.keep, self.time_budget = check_every, keep, time_budget
         self.signals = [_signal(name) for name in signals]
@@ -213,7 +217,7 @@ class StopGuard:
         raise SystemExit(0)
 
     def _requeue(self, job: str) -> None:
-        restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+        restarts = read_int(os.environ, "SLURM_RESTART_COUNT") or 0
         if self.reason == _TIMEOUT and restarts >= self.max_timeout_requeues:
             _say(f"not requeued: job {job} was restarted {restarts} times already "
                  f"(max_timeout_requeues={self.max_timeout_requeues}).")  # fmt: skip
@@ -294,6 +298,8 @@ def _prune(run_dir: Path, keep: int) -> None:
 
 
 def _signal(name: str) -> int:
+    if not isinstance(name, str):
+        raise TypeError(f"StopGuard names signals by str, e.g. 'SIGUSR2', got {name!r}.")
     try:
         return int(signal.Signals[name if name.startswith("SIG") else f"SIG{name}"])
     except KeyError:

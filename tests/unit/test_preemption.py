@@ -127,6 +127,37 @@ def test_bad_arguments_name_the_value(tmp_path: Path, kwargs: dict, message: str
         idist.StopGuard(tmp_path, **kwargs)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"signals": (signal.SIGTERM,)},
+            r"names signals by str, e.g. 'SIGUSR2', got <Signals.SIGTERM: 15>",
+        ),
+        ({"signals": "SIGTERM"}, r"StopGuard\(signals='SIGTERM'\): pass a list of signal names"),
+        ({"timeout_signals": "SIGUSR2"}, r"StopGuard\(timeout_signals='SIGUSR2'\): pass a list"),
+    ],
+)
+def test_signals_of_another_type_name_the_value(tmp_path: Path, kwargs: dict, message: str) -> None:
+    """Before: an enum member raised AttributeError ('startswith'), and one str was taken
+    letter by letter ("unknown signal 'S'")."""
+    with pytest.raises(TypeError, match=message):
+        idist.StopGuard(tmp_path, **kwargs)
+
+
+def test_a_malformed_restart_count_names_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "two")
+    monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
+    with idist.StopGuard(tmp_path) as stop:
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert stop.should_stop(1)
+        with pytest.raises(ValueError, match=r"SLURM_RESTART_COUNT='two' is not an integer"):
+            stop.checkpoint_and_exit(1, _model())
+
+
 def test_requeue_job_id_is_array_aware() -> None:
     assert requeue_job_id({}) is None
     assert requeue_job_id({"SLURM_JOB_ID": "42"}) == "42"
