@@ -149,3 +149,21 @@ def test_a_dump_directory_that_cannot_be_written_leaves_the_reporter_answering(
         done.set()
         reporter.stop()
     assert reports[0].answered and reports[0].records[-1].op == "all_reduce"
+
+
+class _Unreachable:
+    def __getattr__(self, name: str) -> object:
+        def fail(*args: object) -> None:
+            raise RuntimeError("Connection refused")
+
+        return fail
+
+
+def test_a_store_out_of_reach_leaves_no_fault_dump_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    # start_reporter takes the RuntimeError for "no verdicts"; the fault dump it had turned
+    # on stayed on for the life of the process, its file never removed
+    enabled: list[str] = []
+    monkeypatch.setattr(hang_report, "enable_fault_dump", lambda: enabled.append("on"))
+    with pytest.raises(RuntimeError, match="Connection refused"):
+        Reporter(_Unreachable(), 0, current().ledger, lambda: True, world_size=2)
+    assert enabled == []

@@ -138,7 +138,7 @@ def as_report(
 class Reporter(StoreThread):
     """Publishes this process's (global ``rank``) ``ledger`` through the root of ``store``
     and answers verdict requests (see the module); a `StoreThread`. ``world_size`` is
-    published for `ask_job` (0: not); ``engine`` is the model's ``_engine_trace``, where its
+    published for `ask_job`; ``engine`` is the model's ``_engine_trace``, where its
     engine keeps a record."""
 
     def __init__(
@@ -147,7 +147,7 @@ class Reporter(StoreThread):
         rank: int,
         ledger: CollectiveLedger,
         alive: Callable[[], bool],
-        world_size: int = 0,
+        world_size: int,
         engine: EngineTrace | None = None,
     ) -> None:
         super().__init__(job_root(store), alive, "distbridge-reporter", POLL_SECONDS)
@@ -160,11 +160,11 @@ class Reporter(StoreThread):
         self._dir = os.environ.get(DIR_ENV_VAR) or None
         if self._dir:
             os.makedirs(self._dir, exist_ok=True)
+        # the store first: one out of reach raises before the fault dump is on
+        self._seen = int(self._store.add(REQUEST_KEY, 0))
+        self._store.set(WORLD_KEY, str(world_size))
         self._fault = enable_fault_dump()
         self._publish()  # the fault file's path, before the first collective
-        self._seen = int(self._store.add(REQUEST_KEY, 0))
-        if world_size:
-            self._store.set(WORLD_KEY, str(world_size))
         self._start()
 
     def stop(self, publish: bool = False) -> None:
