@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import ParseResult, urlparse
 
 from distbridge import _api
 from distbridge.models._accelerator import default_backend
@@ -64,9 +64,15 @@ def launch(
                 f"dist_url={dist_url!r} picks a free port on this machine, which other machines "
                 "cannot know: pass dist_url='tcp://<machine 0 address>:<port>' on every machine."
             )
-    elif url.scheme == "tcp" and url.hostname and url.port:
-        options.update(master_addr=url.hostname, master_port=url.port)
-    elif url.scheme in ("file", "env", "tcp"):
+    elif url.scheme == "tcp":
+        port = _port(url)
+        if not url.hostname or not port:
+            raise ValueError(
+                f"dist_url={dist_url!r} needs machine 0's address and a port (1 to 65535): "
+                "pass 'tcp://<machine 0 address>:<port>', the same on every machine."
+            )
+        options.update(master_addr=url.hostname, master_port=port)
+    elif url.scheme in ("file", "env"):
         options["init_method"] = dist_url
     else:
         raise ValueError(
@@ -81,3 +87,11 @@ def launch(
         timeout=timeout,
         **options,
     )
+
+
+def _port(url: ParseResult) -> int | None:
+    """The URL's port; None where it has none, or one out of range (urlparse raises)."""
+    try:
+        return url.port
+    except ValueError:
+        return None

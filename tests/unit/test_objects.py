@@ -144,6 +144,18 @@ def test_process_helpers_in_a_world_of_one() -> None:
         idist.launch(print, 2, dist_url="http://x")
 
 
+@pytest.mark.parametrize(
+    "url", ["tcp://127.0.0.1", "tcp://:29555", "tcp://host:99999", "tcp://h:0"]
+)
+def test_launch_refuses_a_tcp_url_without_host_and_port(url: str) -> None:
+    """Before any worker starts (before: each worker failed in torch's rendezvous, 'port
+    number missing', or urlparse's 'Port out of range' without the URL)."""
+    with pytest.raises(
+        ValueError, match=rf"^dist_url='{url}' needs machine 0's address and a port"
+    ):
+        idist.launch(print, 2, dist_url=url)
+
+
 # ---- regressions: a tensor before an array took the array's buffer (issue 16) ---------------
 
 
