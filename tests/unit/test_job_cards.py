@@ -107,3 +107,11 @@ def test_a_card_reads_back_as_written(rank: int, world_size: int, host: str, por
     assert find_card(os.getpid()) == JobCard(
         os.getpid(), rank, world_size, f"{expected_host}:{port}"
     )
+
+
+@pytest.mark.parametrize("pid", [0, -1])
+def test_a_pid_that_names_no_process_is_not_alive(pid: int) -> None:
+    # os.kill(0 or -1, 0) signals a process group or every process: it said alive
+    assert not job_cards.alive(pid)
+    with pytest.raises(ProcessLookupError, match=f"There is no process {pid}"):
+        find_card(pid)

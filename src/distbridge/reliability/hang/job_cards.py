@@ -54,6 +54,8 @@ def card_dir() -> str:
 
 def alive(pid: int) -> bool:
     """Whether a process ``pid`` exists (another user's counts)."""
+    if pid <= 0:  # os.kill would signal a process group, or every process
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
