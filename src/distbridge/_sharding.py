@@ -95,13 +95,12 @@ def chosen_submodules(model: torch.nn.Module, shard_modules: ShardModules | None
 
 
 def fully_shard_model(
-    model: torch.nn.Module, shard_modules: ShardModules | None, kwargs: dict[str, Any]
+    model: torch.nn.Module, chosen: list[str], kwargs: dict[str, Any]
 ) -> torch.nn.Module:
-    """``fully_shard`` on the chosen submodules (deepest first), then on ``model``; returns
-    ``model`` (its class is now an FSDP subclass of the original)."""
-    check_shard_options(kwargs)
+    """``fully_shard`` on the submodules named ``chosen`` (`chosen_submodules`' names,
+    deepest first), then on ``model``; returns ``model`` (its class is now an FSDP subclass
+    of the original). ``kwargs`` passed `check_shard_options`."""
     fully_shard = _fully_shard()
-    chosen = chosen_submodules(model, shard_modules)
     before = list(model.parameters())
     for name in chosen:
         fully_shard(model.get_submodule(name), **kwargs)

@@ -137,13 +137,13 @@ def _auto_fsdp(
             f"active model {model_name!r} cannot run; use strategy='ddp' (the default) there."
         )
     check_shard_options(kwargs)
-    chosen_submodules(model, shard_modules)  # the same errors without a context
+    chosen = chosen_submodules(model, shard_modules)  # the same errors without a context
     model = model.to(_api.device())
     if model_name == "serial":
         return model
     if sync_bn:
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)  # type: ignore[no-untyped-call]
-    return fully_shard_model(model, shard_modules, kwargs)
+    return fully_shard_model(model, chosen, kwargs)
 
 
 def auto_optim(optimizer: torch.optim.Optimizer, **kwargs: Any) -> torch.optim.Optimizer:
