@@ -82,11 +82,10 @@ def check_timeout(timeout: object) -> float | None:
     return seconds
 
 
-def check_name(name: object) -> str | None:
-    """``name`` if it is None or a str; TypeError naming it otherwise."""
+def check_name(name: object) -> None:
+    """TypeError naming ``name`` unless it is None or a str."""
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str naming the barrier, got {name!r}.")
-    return name
 
 
 def check_barrier_options(
