@@ -365,5 +365,11 @@ class DistributedProxySampler(DistributedSampler[Any]):
         torch.manual_seed(self.epoch)  # as ignite: random samplers differ per epoch
         indices: list[Any] = []
         while len(indices) < self.total_size:
-            indices += list(self.sampler)
+            more = list(self.sampler)
+            if not more:  # repeating it would loop for ever
+                raise ValueError(
+                    f"{type(self.sampler).__name__} yielded no indices, but its len() is "
+                    f"{len(self.sampler)}: make its __iter__ give the indices its __len__ counts."
+                )
+            indices += more
         return iter(indices[self.rank : self.total_size : self.num_replicas])

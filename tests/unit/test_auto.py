@@ -109,3 +109,18 @@ def test_auto_dataloader_passes_batch_size_none_through(monkeypatch: pytest.Monk
     loader = idist.auto_dataloader(dataset, batch_size=None, shuffle=False)
     assert loader.batch_size is None
     assert [x[0].item() for x in loader] == [0.0, 2.0]  # rank 0's shard, one sample at a time
+
+
+def test_proxy_sampler_of_a_sampler_that_yields_nothing_raises() -> None:
+    """Its len() promised indices that never come: before, __iter__ looped for ever."""
+
+    class Empty(torch.utils.data.Sampler[int]):
+        def __len__(self) -> int:
+            return 4
+
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter(())
+
+    shard = idist.DistributedProxySampler(Empty(), num_replicas=2, rank=0)
+    with pytest.raises(ValueError, match=r"^Empty yielded no indices, but its len\(\) is 4"):
+        list(shard)
