@@ -77,11 +77,15 @@ class StopGuard:
         max_timeout_requeues: int = 3,
         kill_after: float = 30.0,
     ) -> None:
-        for name, value in (("check_every", check_every), ("keep", keep)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"StopGuard({name}={value!r}): pass an int >= 1.")
-        if time_budget is not None and not time_budget > 0:
+        counts = (("check_every", check_every, 1), ("keep", keep, 1),
+                  ("max_timeout_requeues", max_timeout_requeues, 0))  # fmt: skip
+        for name, value, least in counts:
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"StopGuard({name}={value!r}): pass an int >= {least}.")
+        if time_budget is not None and not _seconds(time_budget):
             raise ValueError(f"StopGuard(time_budget={time_budget!r}): pass seconds > 0 or None.")
+        if not _seconds(kill_after):
+            raise ValueError(f"StopGuard(kill_after={kill_after!r}): pass seconds > 0.")
         for name, names in (("signals", signals), ("timeout_signals", timeout_signals)):
             if isinstance(names, str):
                 raise TypeError(f"StopGuard({name}={names!r}): pass a list of signal names.")
@@ -295,6 +299,11 @@ def _prune(run_dir: Path, keep: int) -> None:
     stale = [p for p in run_dir.iterdir() if p.name.endswith((".incomplete", ".partial"))]
     for path in complete[:-keep] + stale:
         path.unlink(missing_ok=True)
+
+
+def _seconds(value: object) -> bool:
+    """Whether ``value`` is a number of seconds above 0 (inf included, NaN not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 def _signal(name: str) -> int:

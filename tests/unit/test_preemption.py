@@ -120,6 +120,12 @@ def test_no_request_no_stop(tmp_path: Path) -> None:
         ({"keep": 0}, "keep=0"),
         ({"time_budget": -1}, "time_budget=-1"),
         ({"signals": ("SIGNOPE",)}, "'SIGNOPE'"),
+        # before: TypeError from '>' or '/' without the value (kill_after: at the first check)
+        ({"time_budget": "3600"}, r"time_budget='3600'\): pass seconds > 0 or None"),
+        ({"kill_after": "30"}, r"kill_after='30'\): pass seconds > 0"),
+        ({"kill_after": 0}, r"kill_after=0\): pass seconds > 0"),
+        ({"max_timeout_requeues": -1}, r"max_timeout_requeues=-1\): pass an int >= 0"),
+        ({"keep": True}, r"keep=True\): pass an int >= 1"),
     ],
 )
 def test_bad_arguments_name_the_value(tmp_path: Path, kwargs: dict, message: str) -> None:
