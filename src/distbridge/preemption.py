@@ -280,8 +280,8 @@ def resume(
     """
     newest = None
     if get_rank() == 0 and Path(run_dir).is_dir():
-        found = sorted(p.name for p in Path(run_dir).iterdir() if _COMPLETE.match(p.name))
-        newest = found[-1] if found else None
+        found = _complete(Path(run_dir))
+        newest = found[-1].name if found else None
     newest = broadcast_object(newest, src=0) if get_world_size() > 1 else newest
     if newest is None:
         return {"step": 0}
@@ -295,10 +295,17 @@ def resume(
 
 def _prune(run_dir: Path, keep: int) -> None:
     """Keep the newest ``keep`` complete checkpoints; drop the rest and every incomplete file."""
-    complete = sorted(p for p in run_dir.iterdir() if _COMPLETE.match(p.name))
+    complete = _complete(run_dir)
     stale = [p for p in run_dir.iterdir() if p.name.endswith((".incomplete", ".partial"))]
     for path in complete[:-keep] + stale:
         path.unlink(missing_ok=True)
+
+
+def _complete(run_dir: Path) -> list[Path]:
+    """The complete checkpoints in ``run_dir``, oldest first: by step number, not by name
+    (``step-1000000000.pt`` sorts before ``step-999999999.pt`` as text)."""
+    found = [(int(m[1]), p) for p in run_dir.iterdir() if (m := _COMPLETE.match(p.name))]
+    return [path for _, path in sorted(found)]
 
 
 def _seconds(value: object) -> bool:

@@ -84,6 +84,17 @@ def test_keeps_the_newest_k_and_drops_incomplete_files(tmp_path: Path) -> None:
     assert idist.resume(tmp_path, model)["step"] == 30
 
 
+def test_steps_past_nine_digits_stay_the_newest(tmp_path: Path) -> None:
+    """Before: the names were sorted as text, so step 10**9 ('step-1000000000.pt') came
+    before step 999999999: keep=1 deleted the checkpoint just written, and resume took the old."""
+    model = _model()
+    with idist.StopGuard(tmp_path, keep=1) as stop:
+        for step in (999_999_999, 1_000_000_000):
+            stop.checkpoint(step, model)
+    assert [p.name for p in tmp_path.iterdir()] == ["step-1000000000.pt"]
+    assert idist.resume(tmp_path, model)["step"] == 1_000_000_000
+
+
 def test_the_previous_handler_is_chained_and_restored(tmp_path: Path) -> None:
     seen: list[int] = []
 
