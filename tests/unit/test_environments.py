@@ -481,6 +481,9 @@ def test_mpich_steps_aside_for_srun_pmi2() -> None:
     proxy = {**srun, "SLURM_PROCID": "1", "SLURM_NTASKS": "2"}
     found = mpich.detect({**HYDRA, **proxy})
     assert found is not None and (found.rank, found.world_size) == (3, 4)
+    # SLURM before 20.11 names the step SLURM_STEPID: the SLURM detector reads it too
+    old_srun = {"SLURM_STEPID": "0", "SLURM_PROCID": "3", "SLURM_NTASKS": "4"}
+    assert mpich.detect({"PMI_RANK": "3", "PMI_SIZE": "4", **old_srun}) is None
 
 
 def test_mpich_inconsistent_values() -> None:

@@ -59,8 +59,9 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
 
 
 def _srun_pmi(env: Mapping[str, str], rank: int, world_size: int) -> bool:
-    """True when srun itself set PMI_RANK / PMI_SIZE (they repeat SLURM_PROCID / NTASKS)."""
-    return "SLURM_STEP_ID" in env and (
+    """True when srun itself set PMI_RANK / PMI_SIZE (they repeat SLURM_PROCID / NTASKS) in a
+    step's task (SLURM_STEP_ID, SLURM_STEPID before SLURM 20.11: what the SLURM detector reads)."""
+    return bool(env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")) and (
         read_int(env, "SLURM_PROCID"),
         read_int(env, "SLURM_NTASKS"),
     ) == (rank, world_size)
