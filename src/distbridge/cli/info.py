@@ -214,16 +214,14 @@ def _backends() -> dict[str, Any]:
 
 def _versions() -> dict[str, Any]:
     """Versions of Python, torch and the optional backends (none of them imported)."""
-    gloo = dist.is_available() and dist.is_gloo_available()
-    mpi = dist.is_available() and dist.is_mpi_available()
     return {
         "distbridge": distbridge.__version__,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "nccl": _nccl_version(),
-        "gloo": gloo,
-        "mpi": mpi,
+        "gloo": dist.is_available() and dist.is_gloo_available(),
+        "mpi": dist.is_available() and dist.is_mpi_available(),
         "horovod": _installed_version("horovod"),
         "torch_xla": _installed_version("torch_xla"),
     }
