@@ -202,3 +202,33 @@ def test_store_barrier_raises_peer_failed_from_a_failure_note() -> None:
         assert isinstance(err, PeerFailed) and err.rank == 2, err
         assert "Rank 2 failed: ValueError: bad batch. Rank" in str(err)
         assert f"Rank {rank} stopped waiting in barrier 'x'" in str(err)
+
+
+class _DiesWhileWaiting:
+    """A store whose host ends while this rank waits in a barrier (Horovod's rank 0 hosts it)."""
+
+    def set(self, key: str, value: bytes) -> None:
+        pass
+
+    def add(self, key: str, amount: int) -> int:
+        return 1
+
+    def wait(self, keys: list[str], timeout: timedelta) -> None:
+        raise RuntimeError("Socket Timeout")
+
+    def check(self, keys: list[str]) -> bool:
+        raise RuntimeError("Connection reset by peer")
+
+
+def test_store_barrier_names_the_failed_host_its_watcher_heard_of() -> None:
+    # The store's host failed, left its note (read by this rank's failure watcher) and ended:
+    # the barrier said only that the store stopped answering, not the failed rank's error
+    barrier = StoreBarrier(_DiesWhileWaiting(), 1, lambda reason: None)
+    with pytest.raises(DistributedError, match="The coordination store stopped answering"):
+        barrier.wait((0, 1), 10, "after")
+    note = (0, "ValueError: bad batch")
+    barrier = StoreBarrier(_DiesWhileWaiting(), 1, lambda reason: None, None, lambda: note)
+    with pytest.raises(PeerFailed) as raised:
+        barrier.wait((0, 1), 10, "after")
+    assert raised.value.rank == 0 and raised.value.summary == "ValueError: bad batch"
+    assert "Rank 1 stopped waiting in barrier 'after' because of it" in str(raised.value)

@@ -47,6 +47,7 @@ __all__ = [
     "peer_failure",
     "read_failure",
     "record_failure",
+    "stopped",
     "store_ports",
     "summarize",
     "wake_key",
@@ -221,7 +222,7 @@ def leave(rank: int, world_size: int, teardown: Teardown | None, store: Any) -> 
         store.set(_LEFT_KEY.format(rank=rank), "1")
 
 
-def _stopped(note: tuple[int, str], rank: int, doing: str) -> PeerFailed:
+def stopped(note: tuple[int, str], rank: int, doing: str) -> PeerFailed:
     """The `PeerFailed` of rank ``rank``, which stopped ``doing`` ("in all_reduce") because of
     failure ``note``."""
     failed, summary = note
@@ -237,14 +238,14 @@ def check_peers(store: Any, rank: int, doing: str) -> None:
     ("waiting in barrier") because of it."""
     note = read_failure(store)
     if note is not None:
-        raise _stopped(note, rank, doing)
+        raise stopped(note, rank, doing)
 
 
 def _peer_failure(op: str, err: RuntimeError, owner: ModelContract) -> PeerFailed | None:
     """The `PeerFailed` that explains ``err`` raised by ``op``, or None if nothing does."""
     known = owner.known_failure()
     if known is not None:  # read by the watcher, maybe while the store still lived
-        return _stopped(known, owner.get_rank(), f"in {op}")
+        return stopped(known, owner.get_rank(), f"in {op}")
     store, me = owner.failure_store(), owner.get_rank()
     if store is None:
         return None
@@ -267,7 +268,7 @@ def _peer_failure(op: str, err: RuntimeError, owner: ModelContract) -> PeerFaile
     while note is None and time.monotonic() < deadline:
         time.sleep(_POLL_SECONDS)
         note = owner.known_failure() or read_failure(store)
-    return None if note is None else _stopped(note, me, f"in {op}")
+    return None if note is None else stopped(note, me, f"in {op}")
 
 
 def peer_failure(op: str, err: BaseException, owner: ModelContract) -> BaseException | None:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from distbridge.algorithms.groups import GroupCache
 from distbridge.errors import BarrierTimeout, DistributedError
-from distbridge.reliability.fail_together import ANSWER_WAIT_SECONDS, check_peers
+from distbridge.reliability.fail_together import ANSWER_WAIT_SECONDS, check_peers, stopped
 from distbridge.reliability.hang.stacks import StackWatcher, dump, while_current
 
 if TYPE_CHECKING:
@@ -189,7 +189,8 @@ def make_timed_barriers(model: ModelContract) -> tuple[StoreBarrier, StackWatche
     watcher = StackWatcher(store, model.get_rank(), while_current(model))
     on_timeout = functools.partial(dump_all_stacks, model)
     explain = functools.partial(model.hang_verdict, {}, ANSWER_WAIT_SECONDS)
-    return StoreBarrier(store, model.get_rank(), on_timeout, explain), watcher
+    barrier = StoreBarrier(store, model.get_rank(), on_timeout, explain, model.known_failure)
+    return barrier, watcher
 
 
 def dump_all_stacks(model: ModelContract, reason: str) -> str:
@@ -213,7 +214,9 @@ class StoreBarrier:
     """The timed barriers of one process (global ``rank``) over the coordination ``store``:
     their sequence numbers, the waiting and the errors. ``on_timeout(reason)`` runs just
     before `BarrierTimeout` is raised (it dumps the stacks of this rank and asks the others
-    for theirs); ``explain()``, if given, gives the hang verdict added to its message."""
+    for theirs); ``explain()``, if given, gives the hang verdict added to its message;
+    ``known_failure()``, the failure note this rank's watcher read, if any: named instead of a
+    store that stopped answering (its host failed and is gone)."""
 
     def __init__(
         self,
@@ -221,11 +224,13 @@ class StoreBarrier:
         rank: int,
         on_timeout: Callable[[str], object],
         explain: Callable[[], str | None] | None = None,
+        known_failure: Callable[[], tuple[int, str] | None] = lambda: None,
     ) -> None:
         self._store = store
         self._rank = rank
         self._on_timeout = on_timeout
         self._explain = explain
+        self._known_failure = known_failure
         self._calls: dict[tuple[int, ...], int] = {}
 
     def wait(self, members: tuple[int, ...], timeout: float, name: str | None) -> None:
@@ -258,6 +263,9 @@ class StoreBarrier:
         return _key(members, seq)
 
     def _unreachable(self, err: RuntimeError, name: str | None) -> DistributedError:
+        note = self._known_failure()
+        if note is not None:  # the store's host failed: its error says why
+            return stopped(note, self._rank, f"waiting in {_describe(name)}")
         return DistributedError(
             f"The coordination store stopped answering while rank {self._rank} waited in "
             f"{_describe(name)} ({err}); the rank that hosts it (rank 0) may have died."
