@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "abort_communicator",
-    "check_peers",
     "default_store_or_none",
     "failure_key",
     "job_root",
@@ -231,14 +230,6 @@ def stopped(note: tuple[int, str], rank: int, doing: str) -> PeerFailed:
         summary,
         f"Rank {rank} stopped {doing} because of it; rank {failed}'s own error says why.",
     )
-
-
-def check_peers(store: Any, rank: int, doing: str) -> None:
-    """`PeerFailed` when a rank of the job left a failure note: rank ``rank`` stopped ``doing``
-    ("waiting in barrier") because of it."""
-    note = read_failure(store)
-    if note is not None:
-        raise stopped(note, rank, doing)
 
 
 def _peer_failure(op: str, err: RuntimeError, owner: ModelContract) -> PeerFailed | None:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from distbridge.algorithms.groups import GroupCache
 from distbridge.errors import BarrierTimeout, DistributedError
-from distbridge.reliability.fail_together import ANSWER_WAIT_SECONDS, check_peers, stopped
+from distbridge.reliability.fail_together import ANSWER_WAIT_SECONDS, read_failure, stopped
 from distbridge.reliability.hang.stacks import StackWatcher, dump, while_current
 
 if TYPE_CHECKING:
@@ -153,7 +153,9 @@ def await_keys(
         except RuntimeError:  # timed out (a dead store shows below)
             pass
     while not store.check(keys):
-        check_peers(store, rank, doing)
+        note = read_failure(store)
+        if note is not None:  # the failed rank will never arrive
+            raise stopped(note, rank, doing)
         now = time.monotonic()
         if now >= until:
             return False
