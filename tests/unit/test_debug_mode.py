@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -314,8 +315,11 @@ def test_unrecognized_environment_value_warns(monkeypatch: pytest.MonkeyPatch) -
 
 def test_bad_timeout_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(debug.TIMEOUT_ENV_VAR, "soon")
+    model = SimpleNamespace(
+        _coordination_store=HashStore, get_world_size=lambda: 2, get_rank=lambda: 0
+    )  # read at the first check with peers
     with pytest.raises(ValueError, match="DISTBRIDGE_DEBUG_TIMEOUT='soon' must be a positive"):
-        debug._timeout()
+        debug.CollectiveChecker().check(model, "barrier", None, {})  # type: ignore[arg-type]
 
 
 def test_debug_env_sets_and_restores(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -96,10 +96,6 @@ def debug_env(debug: object) -> Iterator[None]:
             os.environ[ENV_VAR] = old
 
 
-def _timeout() -> float:
-    return positive_env(TIMEOUT_ENV_VAR, DEFAULT_TIMEOUT, float, "seconds")
-
-
 class CollectiveChecker:
     """The debug-mode state of one model: a sequence number per group of ranks."""
 
@@ -121,7 +117,7 @@ class CollectiveChecker:
         if members is None or len(members) < 2:
             return
         if self._timeout is None:
-            self._timeout = _timeout()
+            self._timeout = positive_env(TIMEOUT_ENV_VAR, DEFAULT_TIMEOUT, float, "seconds")
 
         def op_name(op: object) -> str:
             try:
