@@ -4,7 +4,9 @@ A case holds every rank's dict (same keys, kinds and shapes on every rank, as th
 require) and a function: ``all_reduce_dict`` (sum / mean), ``reduce_dict`` (onto ``dst``,
 averaged or not), ``average_across_processes`` (a float tensor or a dict) or
 ``shared_random_seed``. Values are multiples of 1/8 (and NaN / ±inf), so their float64 sum
-is exact in any order: the expected result is computed here, from every rank's dict.
+is exact in any order: the expected result is computed here, from every rank's dict. A NaN
+in a sum equals any NaN: its sign is the arithmetic's (x86 makes inf + -inf a negative NaN,
+and a NaN operand passes its own sign), so it depends on the order of the additions.
 """
 
 from __future__ import annotations
@@ -123,6 +125,22 @@ def _expected(spec: _Spec, world: int, mean: bool) -> Any:
     return float(total.item()) if (mean or not integral) else int(total.item())
 
 
+def _one_nan(value: Any) -> Any:
+    """``value`` with every float NaN in it made ``math.nan`` (tensors: a new one)."""
+    if isinstance(value, dict):
+        return {key: _one_nan(v) for key, v in value.items()}
+    if isinstance(value, torch.Tensor) and value.dtype.is_floating_point:
+        return torch.where(value.isnan(), torch.full_like(value, math.nan), value)
+    if isinstance(value, (float, np.floating)) and math.isnan(value):
+        return type(value)(math.nan)
+    return value
+
+
+def _sums_differ(expected: Any, got: Any) -> str:
+    """``difference`` of two reduced results, a NaN equal to any NaN."""
+    return difference(_one_nan(expected), _one_nan(got))
+
+
 def check_dict_case(case: DictCase) -> str:
     """Run ``case`` on this rank: "" when the result is the exact local answer."""
     world, rank = idist.get_world_size(), idist.get_rank()
@@ -139,14 +157,14 @@ def check_dict_case(case: DictCase) -> str:
         if got is not x:
             return "the tensor was not averaged in place"
         total = torch.stack([_value(spec, r) for r in range(world)]).sum(0)
-        return difference(total / world, got)
+        return _sums_differ(total / world, got)
     mine = {key: _value(spec, rank) for key, spec in case.specs}
     mean = case.op == "mean" or case.func == "average_across_processes_dict"
     expected = {key: _expected(spec, world, mean) for key, spec in sorted(case.specs)}
     if case.func == "reduce_dict":
         dst = case.dst % world
         got = idist.reduce_dict(mine, average=mean, dst=dst)
-        return difference(expected if rank == dst else mine, got)
+        return _sums_differ(expected if rank == dst else mine, got)
     if case.func == "average_across_processes_dict":
-        return difference(expected, idist.average_across_processes(mine))
-    return difference(expected, idist.all_reduce_dict(mine, op=case.op))
+        return _sums_differ(expected, idist.average_across_processes(mine))
+    return _sums_differ(expected, idist.all_reduce_dict(mine, op=case.op))
