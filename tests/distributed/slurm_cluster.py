@@ -47,6 +47,7 @@ SlurmctldHost={host}(127.0.0.1)
 SlurmUser={user}
 SlurmdUser={user}
 AuthType=auth/none
+AuthInfo=cred_expire=20
 CredType=cred/none
 SlurmctldPort={ctld_port}
 StateSaveLocation={d}/state

@@ -142,8 +142,9 @@ def test_slurm_requeue_once_and_resume(slurm_cluster: SlurmCluster, tmp_path: Pa
     )  # fmt: skip
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip().split(";")[0]
-    # SLURM starts a requeued job once its old credential expired (120 s by default); a job
-    # started earlier by hand (scontrol update StartTime=now) fails: "credential revoked".
+    # SLURM starts a requeued job once its old credential expired (AuthInfo=cred_expire: 20 s in
+    # slurm_cluster.py, 120 s by default); a job started earlier by hand (scontrol update
+    # StartTime=now) fails: "credential revoked".
     state = slurm_cluster.wait_job(job_id, timeout=330)
     log = out.read_text(errors="replace")
     assert state == "COMPLETED", f"job {job_id} {state}:\n{log[-4000:]}\n{slurm_cluster.logs()}"
