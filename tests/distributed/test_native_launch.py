@@ -190,9 +190,16 @@ def test_nnodes_without_master_port_is_refused() -> None:
         idist.spawn("gloo", launch_targets.layout, nproc_per_node=1, nnodes=2, node_rank=0)
 
 
-def test_a_malformed_master_port_variable_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MASTER_PORT", "abc")
-    with pytest.raises(ValueError, match=r"^Environment variable MASTER_PORT='abc' is not an int"):
+MALFORMED_PORTS = [("abc", "an integer"), ("70000", "a port number"), ("-1", "a port number")]
+
+
+@pytest.mark.parametrize(("value", "problem"), MALFORMED_PORTS)
+def test_a_malformed_master_port_variable_is_refused(
+    monkeypatch: pytest.MonkeyPatch, value: str, problem: str
+) -> None:
+    monkeypatch.setenv("MASTER_PORT", value)
+    expected = rf"^Environment variable MASTER_PORT='{value}' is not {problem}"
+    with pytest.raises(ValueError, match=expected):
         idist.spawn("gloo", launch_targets.layout, nproc_per_node=1)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from torch._C._distributed_c10d import TCPStore  # where torch defines them
 
-from distbridge.environments.base import read_int
+from distbridge.environments import base as environment
 from distbridge.errors import DistributedError
 from distbridge.launch._joinable import Activate, JoinedCall, MakeModel
 from distbridge.launch._main_module import check_main_module, main_is_interactive
@@ -121,7 +121,7 @@ def spawn_native(
         check_picklable(fn, args, kwargs_dict)
 
     addr = master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
-    port = master_port or read_int(os.environ, "MASTER_PORT")
+    port = master_port or environment.master_port(os.environ, None)
     if nnodes > 1 and port is None and init_method is None:
         raise ValueError(
             f"nnodes={nnodes} needs a master_port that every node passes (or MASTER_PORT set "
