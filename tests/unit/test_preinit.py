@@ -178,3 +178,11 @@ def test_every_collective_refuses_rather_than_answer(monkeypatch: pytest.MonkeyP
     for call in calls:
         with pytest.raises(DistributedError, match=r"Call idist.initialize\(backend\) first"):
             call()
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1, 0])
+def test_initialize_refuses_a_timeout_that_is_not_positive_and_finite(timeout: float) -> None:
+    """Before anything starts: not timedelta's 'cannot convert float NaN to integer'."""
+    with pytest.raises(ValueError, match=r"timeout must be a positive, finite number of seconds"):
+        idist.initialize("gloo", timeout=timeout)
+    assert idist.backend() is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import os
 from collections.abc import Mapping
 from datetime import timedelta
@@ -328,8 +329,10 @@ def as_timeout(timeout: object) -> timedelta | None:
             raise ValueError(f"timeout must be positive, got {timeout!r}.")
         return timeout
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-        if timeout <= 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}.")
+        if not 0 < timeout < math.inf:  # NaN too
+            raise ValueError(
+                f"timeout must be a positive, finite number of seconds, got {timeout!r}."
+            )
         return timedelta(seconds=timeout)
     raise TypeError(f"timeout must be a datetime.timedelta or seconds, got {timeout!r}.")
 
