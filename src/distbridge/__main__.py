@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 
@@ -60,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     why.add_argument(
         "--wait", type=float, default=3.0, help="seconds the ranks get to answer (default: 3)"
     )
+    why.set_defaults(usage_error=why.error)
     where = commands.add_parser(
         "where",
         help="where each primitive is done, by computation model (file:line)",
@@ -84,20 +86,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         from distbridge.cli import where
 
         return where.main(args.update)
+    usage_error = args.usage_error
     if args.command == "why":
         from distbridge.cli import why
 
+        if not 0 <= args.wait < math.inf:  # NaN too
+            usage_error(f"--wait must be a finite number of seconds >= 0, got {args.wait!r}")
         return why.main(args.directory, args.store, args.wait, args.pid)
     from distbridge.cli import check
     from distbridge.cli._format import parse_sizes
     from distbridge.models._accelerator import default_backend
 
-    usage_error = args.usage_error
     if args.nproc is not None and args.nproc < 1:
         usage_error(f"--nproc must be at least 1, got {args.nproc!r}")
     if args.iters < 1:
         usage_error(f"--iters must be at least 1, got {args.iters!r}")
-    if args.timeout <= 0:
+    if not 0 < args.timeout < math.inf:  # NaN too
         usage_error(f"--timeout must be a positive number of seconds, got {args.timeout!r}")
     try:
         sizes = parse_sizes(args.sizes)
