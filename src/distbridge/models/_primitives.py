@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Final, cast
+from typing import Any, ClassVar, Final
 
 import torch
 from typing_extensions import Self
@@ -25,7 +25,6 @@ from distbridge.algorithms import byte_view, emulations
 from distbridge.algorithms.checks import FastPath, write_back
 from distbridge.algorithms.groups import GroupCache
 from distbridge.errors import BackendUnavailableError
-from distbridge.model_contract import ModelContract
 from distbridge.models._failing_together import FailingTogether
 from distbridge.models._layout import Layout
 from distbridge.reliability.debug import debug_flag
@@ -183,7 +182,8 @@ class BackendPrimitives(ABC):
         self.groups = GroupCache(self)
         self.ledger = CollectiveLedger(self._ledger_members)
         self._timed: StoreBarrier | None = None  # made at the first timed_barriers()
-        self._stack_watcher: StackWatcher | None = None  # made with them
+        #: answers the other ranks' requests for this rank's stacks (made with the timed barriers)
+        self.stack_watcher: StackWatcher | None = None
         self.fast_all_to_all = FastPath()  # one-tensor world all_to_alls
         self.fast_scatter = FastPath()  # the out= of world scatters
         self.fast_gather = FastPath()  # world gathers with same_shape
@@ -312,11 +312,6 @@ class BackendPrimitives(ABC):
 
     # ---- primitives with a default emulation (override where the backend has the op) ---------
 
-    def _contract(self) -> ModelContract:
-        """This model as the algorithms take it: a `ComputationModel` is one (the
-        emulations below run only on one)."""
-        return cast(ModelContract, self)
-
     def _do_reduce(self, tensor: torch.Tensor, dst: int, op: str, group: Any) -> torch.Tensor:
         """Reduce onto global rank ``dst``; the result only matters there. Default: all-reduce."""
         return self._do_all_reduce(tensor, op, group)
@@ -324,26 +319,26 @@ class BackendPrimitives(ABC):
     def _do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:
         """Every member's ``tensor`` (same shape everywhere) on ``dst``; None elsewhere.
         Default: all-gather."""
-        return emulations.emulate_gather(self._contract(), tensor, group)
+        return emulations.emulate_gather(self, tensor, group)
 
     def _do_scatter(
         self, chunks: list[torch.Tensor] | None, out: torch.Tensor, src: int, group: Any
     ) -> torch.Tensor:
         """Fill ``out`` with ``chunks[group rank]`` from ``src`` (same shapes); return it.
         Default: one broadcast of every chunk."""
-        return emulations.emulate_scatter(self._contract(), chunks, out, src, group)
+        return emulations.emulate_scatter(self, chunks, out, src, group)
 
     def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
         """Chunk ``group rank`` of the reduction of ``tensor`` split along dim 0; must not modify
         ``tensor``. Default: all-reduce of a copy."""
-        return emulations.emulate_reduce_scatter(self._contract(), tensor, op, group)
+        return emulations.emulate_reduce_scatter(self, tensor, op, group)
 
     def _do_all_to_all(
         self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
     ) -> torch.Tensor:
         """Flat all-to-all: send ``data.split(in_splits)[j]`` to group rank j, return what every
         rank sent here, concatenated (``out_splits`` long). Default: all-gathers."""
-        return emulations.emulate_all_to_all(self._contract(), data, in_splits, out_splits, group)
+        return emulations.emulate_all_to_all(self, data, in_splits, out_splits, group)
 
     def _do_all_to_all_even(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
         """All-to-all of a contiguous ``tensor`` whose dim 0 splits into group-size equal
@@ -390,14 +385,8 @@ class BackendPrimitives(ABC):
         if self._timed is None:
             made = make_timed_barriers(self)
             if made is not None:
-                self._timed, self._stack_watcher = made
+                self._timed, self.stack_watcher = made
         return self._timed
-
-    @property
-    def stack_watcher(self) -> StackWatcher | None:
-        """Answers the other ranks' requests for this rank's stacks (None until the timed
-        barriers are made)."""
-        return self._stack_watcher
 
     def _ledger_members(self, group: Any) -> Members | None:
         """The ledger's key for ``group`` (not None): its global ranks, sorted; None when

@@ -151,7 +151,7 @@ class HorovodModel(ComputationModel):
         if self.get_world_size() <= 1:
             return
         self._coordination_store()
-        self._together = FailingTogether(self._contract(), lambda: self._store)
+        self._together = FailingTogether(self, lambda: self._store)
         self._together.start(self._hvd.shutdown)
 
     @classmethod
@@ -280,17 +280,10 @@ class HorovodModel(ComputationModel):
     def _do_all_to_all(
         self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
     ) -> torch.Tensor:
+        # One element a row: Horovod refuses rows of different shapes across ranks. The even
+        # all-to-all is the base class's, over this one, so that a rank that sends
+        # x.chunk(n) and one that sends another list of the same sizes agree.
         return alltoall(self._hvd, self._set(group), data.reshape(-1, 1), in_splits).reshape(-1)
-
-    @override
-    def _do_all_to_all_even(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
-        # One element a row, as _do_all_to_all sends: Horovod refuses rows of different
-        # shapes across ranks, and another rank may send the same chunks through that path
-        # (its list was no x.chunk(n)).
-        rows = tensor.reshape(-1, 1)
-        size = self._group_size(group)
-        splits = [rows.shape[0] // size] * size
-        return alltoall(self._hvd, self._set(group), rows, splits).reshape(tensor.shape)
 
     @override
     def _do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:

@@ -92,7 +92,7 @@ class NativeModel(ComputationModel):
         # The failure note and the peers' "left" marks live in the default group's store, so
         # an adopted context reads them too; initialize starts the rest (see from_backend).
         self._together = FailingTogether(
-            self._contract(),
+            self,
             fail_together.default_store_or_none,
             self.abort_communicator,
             self._engine_trace,
