@@ -6,8 +6,8 @@ import pytest
 
 from distbridge.launch import native as launch_native
 from distbridge.models.native import NativeModel
-from distbridge.models.native import gpus as native_gpus
-from distbridge.models.native.gpus import nccl_gpu_problem
+from distbridge.models.native import backends as native_gpus
+from distbridge.models.native.backends import nccl_gpu_problem
 
 
 def test_enough_gpus_is_no_problem() -> None:

@@ -28,7 +28,7 @@ from distbridge.errors import DistributedError
 from distbridge.models._accelerator import local_device
 from distbridge.models._layout import Layout, layout_from_env
 from distbridge.models.base import ComputationModel
-from distbridge.models.native.checks import check_group_options
+from distbridge.models.native.backends import check_group_options
 
 __all__ = ["SerialModel"]
 

@@ -1,5 +1,5 @@
 """The native model: torch.distributed (gloo, NCCL, MPI). `NativeModel` lives in ``model``;
-``init`` creates the default process group, ``checks`` and ``ops`` are its helpers."""
+``init`` creates the default process group, ``backends`` and ``ops`` are its helpers."""
 
 from __future__ import annotations
 

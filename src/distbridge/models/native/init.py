@@ -28,7 +28,7 @@ from distbridge.models._layout import (
     node_name,
     restore_env,
 )
-from distbridge.models.native.gpus import check_nccl_gpus
+from distbridge.models.native.backends import check_nccl_gpus
 
 __all__ = [
     "AGENT_STORE_VAR",

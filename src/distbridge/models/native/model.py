@@ -30,13 +30,16 @@ from distbridge.models._failing_together import FailingTogether
 from distbridge.models._layout import Layout, layout_from_env, restore_env
 from distbridge.models.base import ComputationModel
 from distbridge.models.native import flight_recorder, ops
-from distbridge.models.native.backends import NativeBackends, backend_of, device_for
-from distbridge.models.native.checks import (
+from distbridge.models.native.backends import (
+    NativeBackends,
+    available_backends,
+    backend_of,
     backend_problem,
     check_group_options,
+    device_for,
     optional_argument,
+    spawn_gpu_problem,
 )
-from distbridge.models.native.gpus import spawn_gpu_problem
 from distbridge.models.native.init import as_timeout, join_job
 from distbridge.reliability import coordination, fail_together
 from distbridge.reliability.connections import Connections
@@ -108,7 +111,7 @@ class NativeModel(ComputationModel):
     @classmethod
     @override
     def available_backends(cls) -> tuple[str, ...]:
-        return tuple(b for b in cls.backends if cls.unavailable_reason(b) is None)
+        return available_backends()
 
     @classmethod
     @override
