@@ -9,6 +9,7 @@ Errors that are both, such as an unavailable backend, derive from both, so eithe
 
 from __future__ import annotations
 
+import copyreg
 import difflib
 from collections.abc import Iterable, Mapping
 
@@ -31,18 +32,11 @@ __all__ = [
 class DistributedError(RuntimeError):
     """Base class of every error distbridge raises."""
 
-    #: the keyword arguments of ``__init__`` after the message, kept as attributes of the
-    #: same names: pickling rebuilds the error from them (pickle's default passes none)
-    _fields: tuple[str, ...] = ()
-
-    def __reduce__(self) -> str | tuple[object, ...]:
-        if not self._fields:
-            return super().__reduce__()
-        return (_rebuild, (type(self), str(self), {k: getattr(self, k) for k in self._fields}))
-
-
-def _rebuild(cls: type[DistributedError], message: str, fields: dict[str, object]) -> object:
-    return cls(message, **fields)
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickled as its message and attributes, rebuilt without calling ``__init__`` (whose
+        arguments differ by subclass; pickle's default would call it with the message only)."""
+        state = {"args": self.args, **vars(self)}
+        return (copyreg.__newobj__, (type(self),), state)  # type: ignore[attr-defined]
 
 
 class BackendUnavailableError(DistributedError, ValueError):
@@ -74,8 +68,6 @@ class WorkerFailedError(DistributedError):
             one line per global rank, e.g. ``{0: "PeerFailed: Rank 1 failed: ..."}``; the
             workers that were still running are absent.
     """
-
-    _fields = ("rank", "local_rank", "exitcode", "worker_traceback", "peer_reports")
 
     def __init__(
         self,
@@ -113,9 +105,6 @@ class PeerFailed(DistributedError):  # noqa: N818 - the name the issue asks for
         self.summary = summary
         self.detail = detail
 
-    def __reduce__(self) -> tuple[object, ...]:
-        return (PeerFailed, (self.rank, self.summary, self.detail))
-
 
 class SpawnTimeoutError(DistributedError, TimeoutError):
     """A spawned job ran past its ``job_timeout``; every worker was stopped."""
@@ -129,8 +118,6 @@ class BarrierTimeout(DistributedError, TimeoutError):  # noqa: N818  (the name i
         name: the barrier's name, or None.
         timeout: the timeout in seconds.
     """
-
-    _fields = ("missing_ranks", "name", "timeout")
 
     def __init__(
         self, message: str, *, missing_ranks: tuple[int, ...], name: str | None, timeout: float
@@ -150,8 +137,6 @@ class CollectiveTimeout(DistributedError, TimeoutError):  # noqa: N818  (as Barr
         verdict: the verdict's text (see ``distbridge.reliability.hang.verdict``).
     """
 
-    _fields = ("verdict",)
-
     def __init__(self, message: str, *, verdict: str = "") -> None:
         super().__init__(message)
         self.verdict = verdict
@@ -168,8 +153,6 @@ class CollectiveMismatch(DistributedError):  # noqa: N818  (the name the issue a
         call_sites: global rank -> ``file:line in function`` of its call.
         missing_ranks: the ranks that did not arrive in time, sorted (empty for a mismatch).
     """
-
-    _fields = ("fingerprints", "call_sites", "missing_ranks")
 
     def __init__(
         self,
