@@ -11,9 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
-from urllib.parse import ParseResult, urlparse
+from urllib.parse import urlparse
 
 from distbridge import _api
+from distbridge.environments.base import port_number
 from distbridge.models._accelerator import default_backend
 
 __all__ = ["DEFAULT_TIMEOUT", "launch"]
@@ -65,7 +66,7 @@ def launch(
                 "cannot know: pass dist_url='tcp://<machine 0 address>:<port>' on every machine."
             )
     elif url.scheme == "tcp":
-        port = _port(url)
+        port = port_number(url.netloc.rpartition(":")[2])
         if not url.hostname or not port:
             raise ValueError(
                 f"dist_url={dist_url!r} needs machine 0's address and a port (1 to 65535): "
@@ -87,11 +88,3 @@ def launch(
         timeout=timeout,
         **options,
     )
-
-
-def _port(url: ParseResult) -> int | None:
-    """The URL's port; None where it has none, or one out of range (urlparse raises)."""
-    try:
-        return url.port
-    except ValueError:
-        return None

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from distbridge import _api, environments
+from distbridge.environments.base import port_number
 from distbridge.errors import ArgumentTypeError
 
 __all__ = ["Parallel"]
@@ -177,12 +178,9 @@ def _per_node_defaults(spawn_only: dict[str, Any]) -> dict[str, Any]:
 def _port(port: object) -> int | None:
     """``port`` as an int in 1..65535 (or None): a str of digits is taken, as ignite takes what
     argparse gives."""
-    number = int(port) if isinstance(port, str) and port.strip().isdigit() else port
-    if number is None:
-        return None
-    if not isinstance(number, int) or isinstance(number, bool) or not 0 < number < 65536:
+    if port is not None and port_number(port) is None:
         raise ValueError(f"master_port must be a port number (1..65535), got {port!r}.")
-    return number
+    return port_number(port)
 
 
 def _check_spawn_layout(

@@ -15,6 +15,7 @@ __all__ = [
     "detect_from",
     "master_addr",
     "master_port",
+    "port_number",
     "read_int",
 ]
 
@@ -166,7 +167,7 @@ def master_port(env: Mapping[str, str], job_key: str | None) -> int | None:
     port = read_int(env, "MASTER_PORT")
     if port is None:
         return derived_port(job_key) if job_key else None
-    if not 0 < port < 65536:
+    if port_number(port) is None:
         raise ValueError(
             f"Environment variable MASTER_PORT={env['MASTER_PORT']!r} is not a port number "
             "(1 to 65535); fix or unset it."
@@ -179,3 +180,13 @@ def derived_port(job_key: str) -> int:
     talking: a stable hash (crc32, not Python's salted ``hash``). Two jobs on one machine get
     different ports unless their keys collide (1 in 10,000); set MASTER_PORT to choose."""
     return _PORT_BASE + zlib.crc32(job_key.encode("utf-8")) % _PORT_SPAN
+
+
+def port_number(value: object) -> int | None:
+    """``value`` as a TCP port, an int in 1..65535 (a str of digits is taken, as argparse
+    gives it); None when it is not one."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536:
+        return value
+    return None
