@@ -94,7 +94,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             usage_error(f"--wait must be a finite number of seconds >= 0, got {args.wait!r}")
         return why.main(args.directory, args.store, args.wait, args.pid)
     from distbridge.cli import check
-    from distbridge.cli._format import parse_sizes
     from distbridge.models._accelerator import default_backend
 
     if args.nproc is not None and args.nproc < 1:
@@ -104,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 < args.timeout < math.inf:  # NaN too
         usage_error(f"--timeout must be a positive number of seconds, got {args.timeout!r}")
     try:
-        sizes = parse_sizes(args.sizes)
+        sizes = check.parse_sizes(args.sizes)
     except ValueError as err:
         usage_error(str(err))
     backend = args.backend or default_backend()  # torch's for this accelerator, else gloo

@@ -16,7 +16,8 @@ import torch
 import distbridge as idist
 from distbridge.__main__ import main
 from distbridge.cli import check, info
-from distbridge.cli._format import format_bytes, format_info, parse_size, parse_sizes
+from distbridge.cli.check import format_bytes, parse_size, parse_sizes
+from distbridge.cli.info import format_info
 from distbridge.models.horovod import runtime as _horovod_runtime
 from distbridge.models.native import NativeModel
 from distbridge.models.native.init import DEFAULT_MASTER

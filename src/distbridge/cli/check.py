@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,14 +25,15 @@ import torch
 import distbridge as idist
 from distbridge import environments
 from distbridge._registry import registry
-from distbridge.cli._format import format_check
 from distbridge.errors import BackendUnavailableError, DistributedError, WorkerFailedError
 
-__all__ = ["CheckOptions", "main", "measure", "run"]
+__all__ = ["CheckOptions", "format_bytes", "format_check", "main", "measure", "parse_sizes", "run"]
 
 SCHEMA_VERSION = 1
 DEFAULT_SIZES = "4,64,1K,16K,256K,4M,64M"
 USAGE_ERROR = 2  # the exit code of a bad argument (as argparse's); a failed check exits 1
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_SIZE = re.compile(r"(\d+)\s*([KMG]?)(?:I?B)?", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -200,3 +203,78 @@ def _expire(rank: int, seconds: float) -> None:
 
 def _error(rank: int | None, err: BaseException, trace: str = "") -> dict[str, Any]:
     return {"rank": rank, "message": f"{type(err).__name__}: {err}", "traceback": trace}
+
+
+def parse_size(text: str) -> int:
+    """``"4"``, ``"1K"``, ``"64MiB"`` or ``"1G"`` as a number of bytes (binary multiples)."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(
+            f"Message size {text!r} is not a size; write bytes as 4, 1K, 64M or 64MiB."
+        )
+    return int(match.group(1)) * _UNITS[match.group(2).upper()]
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """``"4,1K,64M"`` as byte counts; each must be a positive multiple of 4 (float32)."""
+    sizes = tuple(parse_size(part) for part in text.split(",") if part.strip())
+    bad = [size for size in sizes if size < 4 or size % 4]
+    if not sizes or bad:
+        raise ValueError(
+            f"--sizes {text!r}: sizes must be multiples of 4 bytes (float32 elements), at least "
+            f"4; got {list(bad) or 'none'}. Example: --sizes 4,1K,1M."
+        )
+    return sizes
+
+
+def format_bytes(size: int) -> str:
+    """``1048576`` as ``"1 MiB"``, ``4`` as ``"4 B"``."""
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size} B"
+
+
+def _seconds(value: float) -> str:
+    if value >= 1:
+        return f"{value:.2f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.2f} ms"
+    return f"{value * 1e6:.1f} us"
+
+
+def _rate(bytes_per_s: float) -> str:
+    for unit, factor in (("GB/s", 1e9), ("MB/s", 1e6)):
+        if bytes_per_s >= factor:
+            return f"{bytes_per_s / factor:.2f} {unit}"
+    return f"{bytes_per_s / 1e3:.2f} kB/s"
+
+
+def format_check(report: Mapping[str, Any]) -> str:
+    """The human-readable page of ``python -m distbridge check``."""
+    launcher = report["launcher"]
+    if launcher is None:
+        where = "this process alone (--nproc N spawns N local workers)"
+    else:
+        where = "spawned here" if launcher == "spawn" else f"under {launcher}"
+    rounds = "round" if report["iters"] == 1 else "rounds"
+    lines = [
+        f"all_reduce (SUM, float32) with {report['backend']} on a world of "
+        f"{report['world_size']}, {where}; {report['iters']} timed {rounds} per size",
+    ]
+    if report["results"]:
+        lines.append(f"{'size':>10} {'latency':>11} {'algbw':>12} {'busbw':>12}")
+    for row in report["results"]:
+        lines.append(
+            f"{format_bytes(row['bytes']):>10} {_seconds(row['latency_s']):>11} "
+            f"{_rate(row['algbw_bytes_per_s']):>12} {_rate(row['busbw_bytes_per_s']):>12}"
+        )
+    error = report["error"]
+    if error is None:
+        lines.append("OK")
+    else:
+        where = "" if error["rank"] is None else f" on rank {error['rank']}"
+        lines.append(f"FAILED{where}: {error['message']}")
+        if error.get("traceback"):
+            lines += ["", error["traceback"].rstrip()]
+    return "\n".join(lines)

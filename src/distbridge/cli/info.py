@@ -1,8 +1,9 @@
 """``python -m distbridge info``: the launcher environment, what ``initialize()`` would do,
 the backends, versions and devices, gathered without creating any distributed context.
 
-`collect` returns one JSON-ready dict; its keys are the schema documented in ``docs/cli.md``
-(bump `SCHEMA_VERSION` when a key changes meaning or disappears; adding keys is compatible).
+`collect` returns one JSON-ready dict, `format_info` its text; the dict's keys are the schema
+documented in ``docs/cli.md`` (bump `SCHEMA_VERSION` when a key changes meaning or disappears;
+adding keys is compatible).
 """
 
 from __future__ import annotations
@@ -23,12 +24,11 @@ import torch.distributed as dist
 import distbridge
 from distbridge import environments
 from distbridge._registry import registry
-from distbridge.cli._format import format_info
 from distbridge.environments import LaunchEnvironment
 from distbridge.models import _accelerator
 from distbridge.models.native.init import DEFAULT_MASTER, rendezvous
 
-__all__ = ["SCHEMA_VERSION", "collect", "main"]
+__all__ = ["SCHEMA_VERSION", "collect", "format_info", "main"]
 
 SCHEMA_VERSION = 1
 
@@ -49,6 +49,7 @@ _LAUNCHER_PREFIXES = (
     "TORCHELASTIC_", "SLURM_", "OMPI_", "PMI_", "PMIX_", "MV2_", "HOROVOD_", "LSB_", "JSM_",
     "PJRT_", "XRT_", "TPU_",
 )  # fmt: skip
+_ABSENT = {"cuda": "none (a CPU build of torch)", "nccl": "none (this torch build has no NCCL)"}
 _LAUNCH_FIELDS = (
     "rank", "world_size", "local_rank", "local_world_size", "node_rank", "nnodes",
     "master_addr", "master_port",
@@ -264,3 +265,94 @@ def _devices(env: Mapping[str, str]) -> dict[str, Any]:
                 }
             )
     return {"cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"), "cuda": cuda}
+
+
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def format_info(report: Mapping[str, Any]) -> str:
+    """The human-readable page of ``python -m distbridge info``."""
+    versions, launch, plan = report["versions"], report["launcher"], report["initialize"]
+    lines = [f"distbridge {versions['distbridge']} on {report['hostname']}", "", "Launcher"]
+    if report["launcher_error"] is not None:
+        lines.append(f"  unreadable: {report['launcher_error']}")
+    elif launch is None:
+        lines.append("  none detected (not under torchrun, srun, mpirun, horovodrun, ...)")
+    else:
+        lines += [
+            f"  detected       {launch['name']}",
+            f"  rank           {launch['rank']} of {launch['world_size']}",
+            f"  local rank     {_or_dash(launch['local_rank'])} of "
+            f"{_or_dash(launch['local_world_size'])}",
+            f"  node rank      {_or_dash(launch['node_rank'])} of {_or_dash(launch['nnodes'])}",
+            f"  master         {_or_dash(launch['master_addr'])}:{_or_dash(launch['master_port'])}",
+        ]
+    lines += [f"  warning: {message}" for message in report["launcher_warnings"]]
+    lines += [
+        "",
+        "initialize() would",
+        f"  backend        {plan['backend']} (default: nccl with a CUDA GPU, else gloo)",
+        f"  rank           {plan['rank']} of {plan['world_size']}, "
+        f"local rank {_or_dash(plan['local_rank'])}",
+        f"  rendezvous     {plan['summary']}",
+        "",
+        "Backends",
+    ]
+    for row in report["backends"]["all"]:
+        state = "available" if row["available"] else f"unavailable: {row['reason']}"
+        lines.append(f"  {row['name']:<9} {row['model']:<13} {state}")
+    lines += ["", "Versions"]
+    for name, value in versions.items():
+        if isinstance(value, bool):
+            text = "yes" if value else "no"
+        elif value is None:
+            text = _ABSENT.get(name, "not installed")
+        else:
+            text = value
+        lines.append(f"  {name:<14} {text}")
+    devices = report["devices"]
+    lines += [
+        "",
+        "Devices",
+        f"  CUDA_VISIBLE_DEVICES  {_or_dash(devices['cuda_visible_devices'])}",
+    ]
+    if not devices["cuda"]:
+        lines.append("  cuda           none (torch.cuda.is_available() is False)")
+    for gpu in devices["cuda"]:
+        lines.append(
+            f"  cuda:{gpu['index']:<9} {gpu['name']}, {_gib(gpu['memory_bytes'])}, "
+            f"compute capability {gpu['capability']}"
+        )
+    return "\n".join(lines + _system_lines(report["system"], report["environment"]))
+
+
+def _gib(size: int | None) -> str:
+    return "unknown" if size is None else f"{size / (1 << 30):.1f} GiB"
+
+
+def _system_lines(system: Mapping[str, Any], environment: Mapping[str, Any]) -> list[str]:
+    usable = system["usable_cpus"]
+    cpus = f"{_or_dash(system['cpu_count'])}" + (
+        "" if usable is None else f" ({usable} usable by this process)"
+    )
+    memory = _gib(system["memory_bytes"])
+    if system["memory_available_bytes"] is not None:
+        memory += f" ({_gib(system['memory_available_bytes'])} available)"
+    lines = [
+        "",
+        "System",
+        f"  os             {system['os']}",
+        f"  cpus           {cpus}",
+        f"  memory         {memory}",
+        "",
+        "Tuning variables (-: not set)",
+    ]
+    tuning, launcher = environment["tuning"], environment["launcher"]
+    width = max(map(len, tuning)) + 2
+    lines += [f"  {name:<{width}}{_or_dash(value)}" for name, value in tuning.items()]
+    lines += ["", "Launcher variables"]
+    if not launcher:
+        lines.append("  none set (RANK, WORLD_SIZE, MASTER_ADDR, SLURM_*, OMPI_*, HOROVOD_*, ...)")
+    lines += [f"  {name}={value}" for name, value in launcher.items()]
+    return lines
