@@ -23,22 +23,6 @@ from distbridge.objects import broadcast_object
 __all__ = ["full_state_dict", "load_checkpoint", "save_checkpoint"]
 
 
-def _native() -> bool:
-    return _api.model_name() == "native-dist"
-
-
-def _options(native: bool, *, cpu_offload: bool = False, broadcast_from_rank0: bool = False) -> Any:
-    """Under torch.distributed, full state dicts with these options; else (no process group)
-    the model's own tensors, nothing gathered."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
-
-    if not native:
-        return StateDictOptions()
-    return StateDictOptions(
-        full_state_dict=True, cpu_offload=cpu_offload, broadcast_from_rank0=broadcast_from_rank0
-    )
-
-
 def full_state_dict(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
 ) -> dict[str, Any]:
@@ -53,12 +37,14 @@ def full_state_dict(
         same path-keyed form.
     """
     from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
         get_model_state_dict,
         get_optimizer_state_dict,
     )
 
     model = _unwrapped(model)
-    options = _options(_native(), cpu_offload=True)
+    native = _api.model_name() == "native-dist"  # else no process group: nothing to gather
+    options = StateDictOptions(full_state_dict=native, cpu_offload=native)
     state: dict[str, Any] = {"model": get_model_state_dict(model, options=options)}
     if optimizer is not None:
         state["optimizer"] = get_optimizer_state_dict(model, optimizer, options=options)
@@ -105,6 +91,7 @@ def load_checkpoint(
         ValueError: the file holds no optimizer state but ``optimizer`` was given.
     """
     from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
         set_model_state_dict,
         set_optimizer_state_dict,
     )
@@ -118,7 +105,7 @@ def load_checkpoint(
             "save_checkpoint wrote (rank 0 reads it)."
         )
     state = torch.load(Path(path), map_location="cpu", weights_only=True) if rank0 else {}
-    native = _native()
+    native = _api.model_name() == "native-dist"
     if not native and _api.get_world_size() > 1:  # Horovod, XLA: rank 0's values, sent
         state = broadcast_object(state if rank0 else None, src=0)
     meta = ("optimizer" in state, state.get("extra", {})) if rank0 else None
@@ -128,7 +115,7 @@ def load_checkpoint(
             f"load_checkpoint({str(path)!r}) got an optimizer, but the file holds no optimizer "
             "state; save it with save_checkpoint(path, model, optimizer), or pass no optimizer."
         )
-    options = _options(native, broadcast_from_rank0=True)
+    options = StateDictOptions(full_state_dict=native, broadcast_from_rank0=native)
     set_model_state_dict(model, state.get("model", {}), options=options)
     if optimizer is not None:
         set_optimizer_state_dict(model, optimizer, state.get("optimizer", {}), options=options)
