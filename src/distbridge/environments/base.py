@@ -13,7 +13,6 @@ __all__ = [
     "Variables",
     "derived_port",
     "detect_from",
-    "master_addr",
     "master_port",
     "port_number",
     "read_int",
@@ -135,7 +134,7 @@ def detect_from(
         local_world_size=local_size,
         node_rank=0 if one_node else None,
         nnodes=1 if one_node else None,
-        master_addr=master_addr(env, one_node=one_node),
+        master_addr=env.get("MASTER_ADDR") or (LOOPBACK if one_node else None),
         master_port=master_port(env, f"{launcher}:{job}" if job else None),
         variables=variables,
     )
@@ -152,12 +151,6 @@ def read_int(env: Mapping[str, str], key: str) -> int | None:
         raise ValueError(
             f"Environment variable {key}={raw!r} is not an integer; fix or unset it."
         ) from err
-
-
-def master_addr(env: Mapping[str, str], *, one_node: bool) -> str | None:
-    """MASTER_ADDR when set; else the loopback address when every rank is on this machine
-    (``one_node``); else None: rank 0's host is unknown."""
-    return env.get("MASTER_ADDR") or (LOOPBACK if one_node else None)
 
 
 def master_port(env: Mapping[str, str], job_key: str | None) -> int | None:

@@ -21,9 +21,9 @@ from collections.abc import Mapping
 
 from distbridge.environments._hostlist import expand_hostlist
 from distbridge.environments.base import (
+    LOOPBACK,
     LaunchEnvironment,
     Variables,
-    master_addr,
     master_port,
     read_int,
 )
@@ -76,7 +76,7 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
         local_world_size=local_world_size,
         node_rank=node_rank,
         nnodes=nnodes,
-        master_addr=env.get("MASTER_ADDR") or first_host or master_addr(env, one_node=nnodes == 1),
+        master_addr=env.get("MASTER_ADDR") or first_host or (LOOPBACK if nnodes == 1 else None),
         master_port=master_port(env, job_key(job, step) if job else None),
         variables=Variables("srun variables", names),
     )
