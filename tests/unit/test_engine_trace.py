@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from distbridge.models.native import flight_recorder
 from distbridge.models.serial import SerialModel
 from distbridge.reliability.hang import report as hang_report
-from distbridge.reliability.hang.engine_trace import EngineRecord, engine_records
+from distbridge.reliability.hang.engine_trace import engine_records
 from distbridge.reliability.hang.ledger import CollectiveLedger, Record
 from distbridge.reliability.hang.verdict import RankReport, verdict
 
@@ -40,7 +40,7 @@ def _ledger(rank: int, last: int, state: str) -> tuple[Record, ...]:
 
 engine_entries = st.lists(
     st.builds(
-        EngineRecord,
+        Record,
         seq=st.integers(1, 6),
         op=st.sampled_from(OPS),
         group=st.sampled_from(GROUPS),
@@ -70,7 +70,7 @@ def hung_jobs(draw: st.DrawFn) -> tuple[int, dict[int, int], dict[int, str], lis
     return top, lasts, states, reports
 
 
-def _last(records: tuple[EngineRecord, ...]) -> EngineRecord | None:
+def _last(records: tuple[Record, ...]) -> Record | None:
     """The reference: the world's record with the highest number, by a plain scan."""
     best = None
     for record in records:
@@ -181,7 +181,7 @@ def test_the_reduction_keeps_each_group_s_last_entries(
     assert sorted(got, key=key) == sorted(expected, key=key)
     # and the records read back from the report's JSON are the same
     assert engine_records(json.loads(json.dumps({"entries": got}))) == tuple(
-        EngineRecord.from_dict(r) for r in got
+        Record.from_dict(r) for r in got
     )
 
 
@@ -236,7 +236,7 @@ def test_a_torch_without_the_dump_is_a_note() -> None:
 def test_garbage_from_another_rank_is_left_out() -> None:
     good = {"seq": 3, "op": "gloo:all_reduce", "group": None, "what": "", "state": "ended"}
     assert engine_records({"entries": [good, {"seq": "x"}, None, 5, {"op": "a"}]}) == (
-        EngineRecord(3, "gloo:all_reduce", None, "", "ended"),
+        Record(3, "gloo:all_reduce", None, "", state="ended"),
     )
     assert engine_records(None) == engine_records({"entries": "no"}) == ()
 

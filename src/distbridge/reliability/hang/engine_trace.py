@@ -12,18 +12,17 @@ what they wait in is not the engine's, e.g. a timed barrier). Pure, like
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from distbridge.reliability.hang.ledger import Members, Record
 
 __all__ = [
     "COMPLETED",
     "ENDED",
-    "EngineRecord",
     "EngineTrace",
     "engine_lines",
     "engine_part",
     "engine_records",
-    "group_of",
     "group_text",
     "ranks_text",
 ]
@@ -31,43 +30,9 @@ __all__ = [
 COMPLETED = "completed"
 #: torch retired the entry without marking it completed (gloo: it returned or failed)
 ENDED = "ended"
-Members = tuple[int, ...]
 #: a model's ``_engine_trace``: its engine's record, the last ``n`` entries per group, as
 #: ``{"source": ..., "entries": [...]}`` or ``{"source": ..., "note": why none}``; None: none
 EngineTrace = Callable[[int], Mapping[str, Any] | None]
-
-
-@dataclass(frozen=True)
-class EngineRecord:
-    """One collective in a rank's engine record: its number ``seq`` in its group as the
-    engine counts (torch's ``collective_seq_id``), the engine's name ``op`` for it
-    (``"gloo:all_reduce"``), the ``group``'s global ranks, sorted (None: the world),
-    ``what`` it carried (``"Float[3]"``) and the engine's ``state``: "scheduled", "started",
-    "completed", or "ended" (torch retired it without saying it completed: it returned or
-    failed)."""
-
-    seq: int
-    op: str
-    group: Members | None
-    what: str
-    state: str
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EngineRecord:
-        """A record from a model's ``_engine_trace`` entry (JSON)."""
-        return cls(
-            seq=int(data["seq"]),
-            op=str(data["op"]),
-            group=group_of(data),
-            what=str(data.get("what", "")),
-            state=str(data.get("state", "")),
-        )
-
-
-def group_of(data: Mapping[str, Any]) -> Members | None:
-    """A record's ``group`` (JSON) as sorted global ranks; None for the world."""
-    group = data.get("group")
-    return None if group is None else tuple(sorted(int(r) for r in group))
 
 
 def engine_part(engine: EngineTrace | None, limit: int) -> dict[str, Any] | None:
@@ -82,7 +47,7 @@ def engine_part(engine: EngineTrace | None, limit: int) -> dict[str, Any] | None
     return None if trace is None else dict(trace)
 
 
-def engine_records(trace: object) -> tuple[EngineRecord, ...]:
+def engine_records(trace: object) -> tuple[Record, ...]:
     """The records of a report's ``engine`` part (``{"entries": [...]}``); entries that are
     not plain records are left out (the data comes from another process)."""
     entries = trace.get("entries") if isinstance(trace, Mapping) else None
@@ -91,7 +56,7 @@ def engine_records(trace: object) -> tuple[EngineRecord, ...]:
     records = []
     for entry in entries:
         try:
-            records.append(EngineRecord.from_dict(entry))
+            records.append(Record.from_dict(entry))
         except (AttributeError, KeyError, TypeError, ValueError):
             continue
     return tuple(records)
@@ -109,13 +74,13 @@ def ranks_text(ranks: Iterable[int]) -> str:
     return f"{word} {', '.join(map(str, ordered))}"
 
 
-def _last(records: Sequence[EngineRecord], group: Members | None) -> EngineRecord | None:
+def _last(records: Sequence[Record], group: Members | None) -> Record | None:
     mine = [r for r in records if r.group == group]
     return max(mine, key=lambda r: r.seq) if mine else None
 
 
 def engine_lines(
-    engines: Mapping[int, Sequence[EngineRecord]],
+    engines: Mapping[int, Sequence[Record]],
     group: Members | None,
     waiting: Iterable[int],
     behind: Iterable[int],

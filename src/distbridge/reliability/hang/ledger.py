@@ -26,7 +26,6 @@ from typing import Any, Final, TypeVar
 import torch
 
 from distbridge._frames import short_path
-from distbridge.reliability.hang.engine_trace import Members, group_of
 
 __all__ = [
     "CAPACITY_ENV_VAR",
@@ -43,6 +42,7 @@ __all__ = [
 DEFAULT_CAPACITY: Final = 64
 CAPACITY_ENV_VAR: Final = "DISTBRIDGE_LEDGER_SIZE"
 
+Members = tuple[int, ...]
 #: (seq, op, dtype or type, shape or None, code, instruction offset)
 Entry = tuple[int, str, Any, Any, Any, int]
 _N = TypeVar("_N", int, float)
@@ -115,26 +115,32 @@ def _what(kind: Any, shape: Any) -> str:
 
 @dataclass(frozen=True)
 class Record:
-    """One collective in a rank's ledger: its number ``seq`` in its group on this rank (1 for
-    the first), the collective's name ``op`` (``"all_reduce"``), the ``group``'s global
-    ranks, sorted (None: the world), ``what`` it carried (``"float32[3]"``), the ``site`` it
-    was called from (``"train.py:13 in main"``) and its ``state``: "waiting" (the rank is in
-    it now), "done" or "raised"."""
+    """One collective in a rank's ledger, or in its engine's own record (`engine_trace`):
+    its number ``seq`` in its group on this rank (1 for the first; the engine's own count
+    for an engine record), the collective's name ``op`` (``"all_reduce"``, the engine's
+    ``"gloo:all_reduce"``), the ``group``'s global ranks, sorted (None: the world), ``what``
+    it carried (``"float32[3]"``, the engine's ``"Float[3]"``), the ``site`` it was called
+    from (``"train.py:13 in main"``; the engine's records have none) and its ``state``:
+    "waiting" (the rank is in it now), "done" or "raised"; the engine's: "scheduled",
+    "started", "completed", or "ended" (torch retired it without saying it completed: it
+    returned or failed)."""
 
     seq: int
     op: str
     group: Members | None
-    what: str
-    site: str
-    state: str
+    what: str = ""
+    site: str = "?"
+    state: str = "done"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Record:
-        """A record from `CollectiveLedger.snapshot`'s plain data (JSON)."""
+        """A record from `CollectiveLedger.snapshot`'s plain data (JSON), or from an entry of
+        a model's ``_engine_trace``."""
+        group = data.get("group")
         return cls(
             seq=int(data["seq"]),
             op=str(data["op"]),
-            group=group_of(data),
+            group=None if group is None else tuple(sorted(int(r) for r in group)),
             what=str(data.get("what", "")),
             site=str(data.get("site", "?")),
             state=str(data.get("state", "done")),

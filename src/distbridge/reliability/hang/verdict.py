@@ -26,14 +26,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from distbridge.reliability.hang.engine_trace import (
-    EngineRecord,
-    Members,
-    engine_lines,
-    group_text,
-    ranks_text,
-)
-from distbridge.reliability.hang.ledger import Record
+from distbridge.reliability.hang.engine_trace import engine_lines, group_text, ranks_text
+from distbridge.reliability.hang.ledger import Members, Record
 
 __all__ = ["MUST_MATCH", "RankReport", "Verdict", "headline", "verdict"]
 
@@ -61,7 +55,7 @@ class RankReport:
     answered: bool = True
     note: str = ""
     asked: bool = True
-    engine: tuple[EngineRecord, ...] = ()
+    engine: tuple[Record, ...] = ()
     died_in: tuple[str, tuple[str, ...]] | None = None
 
 
