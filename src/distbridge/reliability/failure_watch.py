@@ -11,59 +11,39 @@ nothing: one request in flight, no polling.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import threading
-import weakref
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from distbridge.reliability.fail_together import job_root, read_failure, wake_key
+from distbridge.reliability.hang.stacks import StoreThread
 
 __all__ = ["FailureWatch", "start_watch"]
 
 _FOREVER = timedelta(days=3650)  # a wait that never times out (a timeout prints from C++)
 _STOP = "stop"
-_running: weakref.WeakSet[FailureWatch] = weakref.WeakSet()
 
 
-def _stop_all() -> None:
-    """At exit, before the interpreter ends its daemon threads, stop every watcher: one still
-    blocked in its store wait when the store's host leaves would wake into a finalizing
-    interpreter, and the C++ wait's error would abort the process ("terminate called without
-    an active exception", exit code 134), as rank 0 of a job exits before the others."""
-    for watch in list(_running):
-        watch.stop()
-
-
-atexit.register(_stop_all)
-
-
-class FailureWatch:
+class FailureWatch(StoreThread):
     """Waits for a failure note of the job on ``store``'s root (through a clone), at the wake
     key of this process's global ``rank``; then keeps it and calls ``on_failure()`` once,
-    from the watcher's thread."""
+    from the watcher's thread. A `StoreThread` whose one tick is the blocking wait."""
 
     def __init__(self, store: Any, rank: int, on_failure: Callable[[], object]) -> None:
         self._root = job_root(store)  # this rank's connection: wakes the watcher on ``stop``
-        # A connection of its own for the blocking wait: a store client runs one request at a
-        # time, so this rank's own store calls must not queue behind the wait.
-        self._store = self._root.clone()
+        # the blocking wait needs a connection of its own: a store client runs one request at
+        # a time, so this rank's own store calls must not queue behind it
+        super().__init__(self._root, lambda: True, "distbridge-failure-watcher", 0.0, True)
         self._key = wake_key(rank)
         self._on_failure = on_failure
-        self._stopped = False
         self.note: tuple[int, str] | None = None
-        self._thread = threading.Thread(
-            target=self._run, name="distbridge-failure-watcher", daemon=True
-        )
-        self._thread.start()
-        _running.add(self)
+        self._start()
 
     def _run(self) -> None:
         try:
             self._store.wait([self._key], _FOREVER)
-            if self._stopped:
+            if self._stopped.is_set():
                 self._store.delete_key(self._key)
                 return
             self.note = read_failure(self._store)
@@ -74,13 +54,14 @@ class FailureWatch:
                 self._on_failure()
 
     def stop(self, timeout: float = 1.0) -> None:
-        """End the thread (``finalize``): wake it without a failure, and wait for it."""
-        if self._stopped or not self._thread.is_alive():
+        """End the thread (``finalize``, and at exit): wake it without a failure, and wait
+        for it."""
+        if self._stopped.is_set() or not self._thread.is_alive():
             return
-        self._stopped = True
+        super().stop()
         with contextlib.suppress(Exception):
             self._root.set(self._key, _STOP)
-            self._thread.join(timeout)
+            self.join(timeout)
 
 
 def start_watch(store: Any, rank: int, on_failure: Callable[[], object]) -> FailureWatch | None:

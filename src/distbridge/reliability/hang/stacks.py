@@ -3,9 +3,10 @@
 `dump` writes this process's stacks, but for distbridge's own threads, to the ``distbridge``
 logger (WARNING). A `StackWatcher` polls the coordination store once a second and dumps this
 rank's stacks when another rank asks (`StackWatcher.request`: a timed barrier that timed
-out, ``distbridge.dump_stacks()``); it and the hang reporter are `StoreThread`s, stopped at
-exit. A process that dies of a signal runs no Python: `enable_fault_dump` has faulthandler
-write every thread's stack to a file then, and `died_in` reads which collective it was in.
+out, ``distbridge.dump_stacks()``); it, the hang reporter and the failure watcher are
+`StoreThread`s, stopped at exit. A process that dies of a signal runs no Python:
+`enable_fault_dump` has faulthandler write every thread's stack to a file then, and
+`died_in` reads which collective it was in.
 """
 
 from __future__ import annotations
@@ -43,15 +44,16 @@ LOG = logging.getLogger("distbridge")
 REQUEST_KEY = "stacks/requests"
 REASON_KEY = "stacks/reason"
 POLL_SECONDS = 1.0
-#: the live store threads (stack watchers, hang reporters), stopped at exit
+#: the live store threads (stack watchers, hang reporters, failure watchers), stopped at exit
 _threads: weakref.WeakSet[StoreThread] = weakref.WeakSet()
 
 
 def _stop_all() -> None:
-    """At exit, before the interpreter ends its daemon threads, stop every store thread and
-    wait for its store call in flight: one that wakes from it into a finalizing interpreter
-    is ended inside torch's C++ frame, which aborts the process ("terminate called without
-    an active exception", exit 134), as `failure_watch` explains for its own threads."""
+    """At exit, before the interpreter ends its daemon threads, stop every store thread
+    (stack watchers, hang reporters, failure watchers) and wait for its store call in
+    flight: one that wakes from it into a finalizing interpreter is ended inside torch's
+    C++ frame, which aborts the process ("terminate called without an active exception",
+    exit code 134), as rank 0 of a job exits before the others."""
     for thread in list(_threads):
         thread.stop()
     for thread in list(_threads):
@@ -171,14 +173,25 @@ def while_current(model: _Model) -> Callable[[], bool]:
 
 class StoreThread:
     """A daemon thread named ``name`` that runs ``_tick`` every ``seconds`` on a connection
-    of its own to ``store`` (a clone; one that cannot be cloned is shared), until `stop`,
-    until ``alive()`` is False (the model's context is gone), or until the store is gone."""
+    of its own to ``store`` (a clone; one that cannot be cloned is shared, or raises when
+    ``must_clone``), until `stop`, until ``alive()`` is False (the model's context is gone),
+    or until the store is gone."""
 
-    def __init__(self, store: Any, alive: Callable[[], bool], name: str, seconds: float) -> None:
+    def __init__(
+        self,
+        store: Any,
+        alive: Callable[[], bool],
+        name: str,
+        seconds: float,
+        must_clone: bool = False,
+    ) -> None:
         # its own connection: never queued behind this rank's calls, and keeping no server
         # alive (rank 0's store may host one)
-        with contextlib.suppress(AttributeError, RuntimeError):
+        try:
             store = store.clone()
+        except (AttributeError, RuntimeError):
+            if must_clone:
+                raise
         self._store = store
         self._alive = alive
         self._seconds = seconds
