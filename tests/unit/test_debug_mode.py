@@ -19,7 +19,7 @@ import distbridge as idist
 from distbridge import _state
 from distbridge.errors import CollectiveMismatch, PeerFailed
 from distbridge.reliability import debug, fail_together
-from distbridge.reliability.fingerprint import Fingerprint, describe
+from distbridge.reliability.debug import Fingerprint, describe
 
 pytestmark = pytest.mark.timeout(60)
 

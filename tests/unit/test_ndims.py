@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import distbridge as idist
 from distbridge.algorithms import reduce_gather_scatter as extra
 from distbridge.algorithms import shape_rows
-from distbridge.reliability.fingerprint import Fingerprint, describe
+from distbridge.reliability.debug import Fingerprint, describe
 
 DTYPES = [
     d
