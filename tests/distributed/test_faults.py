@@ -29,7 +29,7 @@ from torch._C._distributed_c10d import HashStore, PrefixStore
 import distbridge as idist
 from distbridge.errors import DistributedError, PeerFailed, WorkerFailedError
 from distbridge.launch.supervisor import run_workers
-from distbridge.reliability import fail_together, failure_hook
+from distbridge.reliability import fail_together
 from tests.distributed import fault_targets as targets
 from tests.distributed.process_checks import (
     assert_gone,
@@ -358,16 +358,16 @@ def test_the_excepthook_leaves_a_note_and_chains_on(monkeypatch: pytest.MonkeyPa
     dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
     torch_hook = sys.excepthook  # torch wraps the hook to prefix the rank
     try:
-        failure_hook.install_excepthook(0)
+        fail_together.install_excepthook(0)
         assert sys.excepthook is not torch_hook
         sys.excepthook(ValueError, ValueError("uncaught"), None)
         assert seen == ["uncaught"]
         note = fail_together.read_failure(dist.distributed_c10d._get_default_store())
         assert note == (0, "ValueError: uncaught")
-        failure_hook.uninstall_excepthook()
+        fail_together.uninstall_excepthook()
         assert sys.excepthook is torch_hook
     finally:
-        failure_hook.uninstall_excepthook()
+        fail_together.uninstall_excepthook()
         dist.destroy_process_group()
 
 

@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from distbridge.model_contract import ModelContract
-from distbridge.reliability import fail_together, failure_hook
+from distbridge.reliability import fail_together
 from distbridge.reliability.failure_watch import FailureWatch, start_watch
 from distbridge.reliability.hang.collect import job_verdict
-from distbridge.reliability.hang.report import Reporter, record_for_launcher, start_reporter
+from distbridge.reliability.hang.report import Reporter, start_reporter
 
 __all__ = ["FailingTogether"]
 
@@ -41,7 +41,7 @@ class FailingTogether:
         note, and publish the ledger."""
         model, store = self._model, self.store_of()
         rank, world_size = model.get_rank(), model.get_world_size()
-        failure_hook.install_excepthook(rank, world_size, teardown, self.store_of)
+        fail_together.install_excepthook(rank, world_size, teardown, self.store_of)
         self._watch = start_watch(store, rank, model.abort_communicator)
         if store is not None:
             self._reporter = start_reporter(store, model, model._engine_trace)
@@ -49,8 +49,9 @@ class FailingTogether:
     def leave(self, current: bool) -> None:
         """At ``finalize``: stop watching and reporting; then, if the context is still
         ``current``, tell the peers this rank leaves (they tell "left" from "failed")."""
-        failure_hook.uninstall_excepthook()
-        record_for_launcher(sys.exc_info()[1])  # torchrun's summary names the rank at fault
+        fail_together.uninstall_excepthook()
+        # torchrun's summary names the rank at fault
+        fail_together.record_for_launcher(sys.exc_info()[1])
         if self._watch is not None:
             self._watch.stop()
         if self._reporter is not None:

@@ -4,8 +4,10 @@ A failing rank leaves a note, ``"<rank>\\n<one-line summary>"``, under one key o
 the whole job shares (`job_root`: the native default group's root store, which is the
 ``spawn`` parent's, torchrun's agent's or rank 0's; Horovod: the coordination store rank 0
 hosts); the first note wins. ``spawn``'s worker writes it when the user's function raises
-(and ``finalize``, run while an exception propagates), the ``sys.excepthook`` of
-`failure_hook` under a launcher, and ``spawn``'s parent for a worker that died silently.
+(and ``finalize``, run while an exception propagates), ``sys.excepthook`` under a launcher
+(`install_excepthook`: while a context made by ``initialize`` lives, it writes the note, lets
+the previous hook show the traceback, then tears the communicator down; ``finalize`` puts
+the previous hook back), and ``spawn``'s parent for a worker that died silently.
 
 Right after its note, a failing rank aborts its communicator (gloo: cuts its connections,
 `Connections`; NCCL: aborts its process groups; Horovod: shuts its engine down), so its
@@ -21,10 +23,13 @@ type, with the hang verdict added. While nothing fails, the collectives pay one 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from torch._C._distributed_c10d import PrefixStore  # where torch defines it
@@ -33,6 +38,7 @@ from torch.distributed import distributed_c10d as c10d
 from distbridge.errors import CollectiveTimeout, DistributedError, PeerFailed
 from distbridge.reliability import coordination
 from distbridge.reliability.connections import Connections
+from distbridge.reliability.hang.verdict import headline
 
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract
@@ -41,14 +47,17 @@ __all__ = [
     "abort_communicator",
     "default_store_or_none",
     "failure_key",
+    "install_excepthook",
     "job_root",
     "leave",
     "peer_failure",
     "read_failure",
     "record_failure",
+    "record_for_launcher",
     "stopped",
     "store_ports",
     "summarize",
+    "uninstall_excepthook",
     "wake_key",
 ]
 
@@ -77,6 +86,7 @@ _NO_NOTE = (
 )
 
 Teardown = Callable[[], object]
+_Hook = Callable[[type[BaseException], BaseException, TracebackType | None], Any]
 
 
 def _lost_peer(err: BaseException) -> bool:
@@ -219,6 +229,73 @@ def leave(rank: int, world_size: int, teardown: Teardown | None, store: Any) -> 
         return
     with contextlib.suppress(Exception):  # the store's host is gone: nobody to tell
         store.set(_LEFT_KEY.format(rank=rank), "1")
+
+
+def record_for_launcher(exc: BaseException | None) -> None:
+    """Under torchrun, where ``exc`` (the error this rank ends with) carries a verdict, write
+    it to the rank's error file (``TORCHELASTIC_ERROR_FILE``) with the line naming the rank
+    at fault first: torchrun's summary, the last thing it prints, then shows that line. A
+    file already there (``@record``'s) is left alone."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    culprit = headline(str(exc)) if exc is not None else None
+    if not path or culprit is None or os.path.exists(path):
+        return
+    said = f"{type(exc).__name__}: {exc}"
+    stamp = str(int(time.time()))
+    data = {
+        "message": said,
+        "extraInfo": {"py_callstack": f"{culprit}\n{said}", "timestamp": stamp},
+    }
+    with contextlib.suppress(OSError), open(path, "w", encoding="utf-8") as out:
+        json.dump({"message": data}, out)
+
+
+@dataclass(frozen=True)
+class _FailureHook:
+    """``sys.excepthook`` while a native context lives: note the failure, chain on (the
+    traceback is shown), then tear the communicator down."""
+
+    rank: int
+    world_size: int
+    previous: _Hook
+    teardown: Teardown | None
+    store_of: Callable[[], Any]
+
+    def __call__(
+        self, kind: type[BaseException], exc: BaseException, tb: TracebackType | None
+    ) -> Any:
+        record_for_launcher(exc)  # torchrun's summary names the rank at fault
+        with contextlib.suppress(Exception):  # no process group any more: nobody to tell
+            store = self.store_of()
+            if store is not None:
+                record_failure(store, self.rank, summarize(exc), self.world_size)
+        try:
+            return self.previous(kind, exc, tb)
+        finally:
+            if self.teardown is not None:
+                with contextlib.suppress(Exception):
+                    self.teardown()
+
+
+def install_excepthook(
+    rank: int,
+    world_size: int = 0,
+    teardown: Teardown | None = None,
+    store_of: Callable[[], Any] = default_store_or_none,
+) -> None:
+    """Make an uncaught exception on this rank leave a failure note for its peers, then call
+    ``teardown()`` (abort the communicator, so that peers blocked in a collective fail now
+    even if this process lingers). ``store_of()`` gives the store for the note (default:
+    the default process group's)."""
+    uninstall_excepthook()
+    sys.excepthook = _FailureHook(rank, world_size, sys.excepthook, teardown, store_of)
+
+
+def uninstall_excepthook() -> None:
+    """Restore the excepthook `install_excepthook` replaced, if it is still in place."""
+    hook = sys.excepthook
+    if isinstance(hook, _FailureHook):
+        sys.excepthook = hook.previous
 
 
 def stopped(note: tuple[int, str], rank: int, doing: str) -> PeerFailed:

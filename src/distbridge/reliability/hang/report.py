@@ -38,7 +38,7 @@ from distbridge.reliability.hang.stacks import (
     enable_fault_dump,
     while_current,
 )
-from distbridge.reliability.hang.verdict import RankReport, headline
+from distbridge.reliability.hang.verdict import RankReport
 
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract
@@ -51,7 +51,6 @@ __all__ = [
     "answer_key",
     "as_report",
     "ledger_key",
-    "record_for_launcher",
     "report",
     "start_reporter",
     "where_now",
@@ -208,25 +207,6 @@ class Reporter(StoreThread):
         if read is None or read[0] != version or now - read[1] >= ENGINE_REFRESH_SECONDS:
             read = self._engine_read = (version, now, engine_part(self._engine, SHOWN))
         return read[2]
-
-
-def record_for_launcher(exc: BaseException | None) -> None:
-    """Under torchrun, where ``exc`` (the error this rank ends with) carries a verdict, write
-    it to the rank's error file (``TORCHELASTIC_ERROR_FILE``) with the line naming the rank
-    at fault first: torchrun's summary, the last thing it prints, then shows that line. A
-    file already there (``@record``'s) is left alone."""
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    culprit = headline(str(exc)) if exc is not None else None
-    if not path or culprit is None or os.path.exists(path):
-        return
-    said = f"{type(exc).__name__}: {exc}"
-    stamp = str(int(time.time()))
-    data = {
-        "message": said,
-        "extraInfo": {"py_callstack": f"{culprit}\n{said}", "timestamp": stamp},
-    }
-    with contextlib.suppress(OSError), open(path, "w", encoding="utf-8") as out:
-        json.dump({"message": data}, out)
 
 
 def write_report(directory: str, rank: int, data: Mapping[str, Any]) -> str:
