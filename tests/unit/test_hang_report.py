@@ -18,9 +18,8 @@ from torch._C._distributed_c10d import TCPStore
 import distbridge as idist
 from distbridge._state import current
 from distbridge.reliability.hang import report as hang_report
-from distbridge.reliability.hang.collect import ask_job, collect
 from distbridge.reliability.hang.ledger import Record
-from distbridge.reliability.hang.report import Reporter
+from distbridge.reliability.hang.report import Reporter, ask_job, collect
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distbridge.reliability.hang.collect import read_dump_dir
 from distbridge.reliability.hang.ledger import Record
+from distbridge.reliability.hang.report import read_dump_dir
 from distbridge.reliability.hang.verdict import RankReport, verdict
 
 OPS = ("all_reduce", "all_gather", "broadcast", "barrier", "reduce_scatter")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import sys
 
-from distbridge.reliability.hang.collect import ask_job, read_dump_dir
 from distbridge.reliability.hang.job_cards import find_card, prune_cards
+from distbridge.reliability.hang.report import ask_job, read_dump_dir
 from distbridge.reliability.hang.verdict import verdict
 
 __all__ = ["main"]

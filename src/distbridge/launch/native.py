@@ -36,7 +36,7 @@ from distbridge.launch.supervisor import (
     run_workers,
 )
 from distbridge.reliability.fail_together import record_failure
-from distbridge.reliability.hang.collect import collect
+from distbridge.reliability.hang.report import collect
 from distbridge.reliability.hang.verdict import verdict
 
 __all__ = ["host_store", "job_env", "job_verdict", "spawn_native"]

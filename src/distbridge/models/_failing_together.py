@@ -18,8 +18,7 @@ from typing import Any
 from distbridge.model_contract import ModelContract
 from distbridge.reliability import fail_together
 from distbridge.reliability.failure_watch import FailureWatch, start_watch
-from distbridge.reliability.hang.collect import job_verdict
-from distbridge.reliability.hang.report import Reporter, start_reporter
+from distbridge.reliability.hang.report import Reporter, job_verdict, start_reporter
 
 __all__ = ["FailingTogether"]
 
@@ -44,7 +43,7 @@ class FailingTogether:
         fail_together.install_excepthook(rank, world_size, teardown, self.store_of)
         self._watch = start_watch(store, rank, model.abort_communicator)
         if store is not None:
-            self._reporter = start_reporter(store, model, model._engine_trace)
+            self._reporter = start_reporter(store, model)
 
     def leave(self, current: bool) -> None:
         """At ``finalize``: stop watching and reporting; then, if the context is still
@@ -73,4 +72,4 @@ class FailingTogether:
         store = self.store_of()
         if store is None:
             return None
-        return job_verdict(store, self._model, notes, wait, self._model._engine_trace)
+        return job_verdict(store, self._model, notes, wait)
