@@ -1,6 +1,6 @@
-"""The Horovod model. `HorovodModel` lives in ``model``; ``env`` loads ``horovod.torch``,
-``dtypes`` says what Horovod moves itself, ``alltoall`` holds the collectives that go
-through ``hvd.alltoall``, ``failure`` its fail-together."""
+"""The Horovod model. `HorovodModel` lives in ``model``; ``runtime`` loads ``horovod.torch``,
+``dtypes`` says what Horovod moves itself and holds ``alltoall``, which the collectives
+Horovod lacks go through."""
 
 from __future__ import annotations
 

@@ -1,18 +1,34 @@
 """What Horovod moves and reduces itself, and how the other dtypes travel: as rows of bytes;
-and what its ADASUM reduction takes.
+what its ADASUM reduction takes; and ``hvd.alltoall`` with split sizes.
 
 Horovod's collectives take a handful of dtypes; a tensor of any other dtype goes as its raw
 bytes, one row per entry of dim 0 (so ragged gathers and all-to-all splits still count rows),
 and is viewed back in its own dtype on arrival.
+
+The Horovod model's all_to_all (even and uneven), gather and scatter go through `alltoall`:
+Horovod lacks gather and scatter, and through it each member sends to ``dst`` alone, or
+``src`` sends member j its chunk alone (where an all-gather or a broadcast would send every
+tensor to every member).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
 from distbridge.algorithms import byte_view
 
-__all__ = ["HVD_OPS", "MOVED", "REDUCED", "WIDER", "as_received", "as_sent", "check_adasum"]
+__all__ = [
+    "HVD_OPS",
+    "MOVED",
+    "REDUCED",
+    "WIDER",
+    "alltoall",
+    "as_received",
+    "as_sent",
+    "check_adasum",
+]
 
 #: dtypes Horovod reduces itself (CPU and CUDA).
 REDUCED = frozenset((torch.int32, torch.int64, torch.float16, torch.float32, torch.float64))
@@ -58,3 +74,15 @@ def check_adasum(dtype: torch.dtype, whole_world: bool, world_size: int, mpi: bo
             "runs on Gloo: start it with `horovodrun --mpi` (Horovod built with MPI), or use "
             "op SUM or AVG."
         )
+
+
+def alltoall(
+    hvd: Any, ps: Any, tensor: torch.Tensor, splits: list[int], kind: str = "alltoall"
+) -> torch.Tensor:
+    """hvd.alltoall along dim 0 within process set ``ps``: ``splits[j]`` rows to member j.
+    Named by ``kind`` too: Horovod's response cache keeps one entry per name, so gathers,
+    scatters and all-to-alls of other shapes do not evict each other's."""
+    name = f"distbridge.{kind}.{ps.process_set_id}"
+    counts = torch.tensor(splits, dtype=torch.int32)
+    out, _ = hvd.alltoall(as_sent(tensor), splits=counts, name=name, process_set=ps)
+    return as_received(out, tensor)

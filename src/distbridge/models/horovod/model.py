@@ -29,7 +29,7 @@ from distbridge.models._failing_together import FailingTogether
 from distbridge.models._layout import Layout, visible_gpus
 from distbridge.models.base import ComputationModel
 from distbridge.models.horovod import dtypes as hvd_dtypes
-from distbridge.models.horovod.alltoall import alltoall
+from distbridge.models.horovod.dtypes import alltoall
 from distbridge.models.horovod.runtime import (
     DYNAMIC_VAR,
     environ,
