@@ -17,7 +17,7 @@ class _Model:
 
 def test_true_while_the_context_is_live_then_false() -> None:
     model = _Model()
-    alive = while_current(model)
+    alive = while_current(model.is_current)
     assert alive() is True
     model.live = False
     assert alive() is False
@@ -25,7 +25,7 @@ def test_true_while_the_context_is_live_then_false() -> None:
 
 def test_the_model_is_held_weakly() -> None:
     model = _Model()
-    alive = while_current(model)
+    alive = while_current(model.is_current)
     del model
     gc.collect()
     assert alive() is False

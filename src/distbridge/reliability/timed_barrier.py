@@ -188,7 +188,7 @@ def make_timed_barriers(model: ModelContract) -> tuple[StoreBarrier, StackWatche
     store = model._coordination_store()
     if store is None:
         return None
-    watcher = StackWatcher(store, model.get_rank(), while_current(model))
+    watcher = StackWatcher(store, model.get_rank(), while_current(model.is_current))
     on_timeout = functools.partial(dump_all_stacks, model)
     explain = functools.partial(model.hang_verdict, {}, ANSWER_WAIT_SECONDS)
     barrier = StoreBarrier(store, model.get_rank(), on_timeout, explain, model.known_failure)

@@ -232,7 +232,7 @@ def start_reporter(store: Any, model: ModelContract) -> Reporter | None:
     """A `Reporter` of ``model``'s ledger (and its engine's record, ``_engine_trace``)
     through ``store``, which ends when the model's context is gone; None where the store
     cannot be cloned or reached (no verdicts then)."""
-    alive = while_current(model)
+    alive = while_current(model.is_current)
     try:
         world_size, rank = model.get_world_size(), model.get_rank()
         reporter = Reporter(store, rank, model.ledger, alive, world_size, model._engine_trace)

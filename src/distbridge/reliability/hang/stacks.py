@@ -24,7 +24,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 from distbridge._frames import inside, short_path
 from distbridge.reliability.hang.job_cards import alive, card_dir
@@ -155,20 +155,11 @@ def dump(rank: int, reason: str) -> str:
     return text
 
 
-class _Model(Protocol):
-    def is_current(self) -> bool: ...
-
-
-def while_current(model: _Model) -> Callable[[], bool]:
-    """A check that is True while ``model`` exists and its context is the live one (a
-    `StoreThread`'s ``alive``); the model is held weakly."""
-    ref = weakref.ref(model)
-
-    def alive() -> bool:
-        current = ref()
-        return current is not None and current.is_current()
-
-    return alive
+def while_current(is_current: Callable[[], bool]) -> Callable[[], bool]:
+    """A check that is True while a model exists and its context is the live one (a
+    `StoreThread`'s ``alive``), from the model's ``is_current``, held weakly."""
+    ref = weakref.WeakMethod(is_current)
+    return lambda: (check := ref()) is not None and check()
 
 
 class StoreThread:
