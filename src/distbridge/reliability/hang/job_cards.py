@@ -98,40 +98,39 @@ def write_json(path: str, data: Mapping[str, Any]) -> None:
     os.replace(temporary, path)
 
 
-def _card(folder: str, pid: int) -> str:
-    return os.path.join(folder, f"{pid}.json")
+def _card(pid: int) -> str:
+    """The path of the card of process ``pid``."""
+    return os.path.join(card_dir(), f"{pid}.json")
 
 
-def _pids(folder: str) -> list[int]:
-    """The pids that have a card in ``folder``."""
+def _pids() -> list[int]:
+    """The pids that have a card."""
     with contextlib.suppress(OSError):
-        stems = [name.removesuffix(".json") for name in os.listdir(folder)]
+        stems = [name.removesuffix(".json") for name in os.listdir(card_dir())]
         return [int(stem) for stem in stems if stem.isdigit()]
     return []
 
 
-def _stale(folder: str, pid: int) -> bool:
+def _stale(pid: int) -> bool:
     """Whether the card of ``pid`` belongs to no live process (gone, or the pid reused)."""
     if not alive(pid):
         return True
-    started = (read_json(_card(folder, pid)) or {}).get("started")  # unreadable: left to its writer
+    started = (read_json(_card(pid)) or {}).get("started")  # unreadable: left to its writer
     now = _started(pid)
     return started is not None and now is not None and str(started) != now
 
 
 def prune_cards() -> None:
     """Remove the stale cards (see the module): a job's first step, and every ``why``'s."""
-    folder = card_dir()
-    for pid in _pids(folder):
-        if _stale(folder, pid):
-            _remove(_card(folder, pid))
+    for pid in _pids():
+        if _stale(pid):
+            _remove(_card(pid))
 
 
 def remove_cards(pids: Iterable[int]) -> None:
     """Remove the cards of processes ``pids`` (a job's workers, once they ended)."""
-    folder = card_dir()
     for pid in pids:
-        _remove(_card(folder, pid))
+        _remove(_card(pid))
 
 
 def _store_address(store: Any) -> str | None:
@@ -156,11 +155,10 @@ def write_card(store: Any, rank: int, world_size: int) -> str | None:
     address = _store_address(store)
     if address is None:
         return None
-    folder = card_dir()
     try:
-        os.makedirs(folder, mode=0o700, exist_ok=True)
+        os.makedirs(card_dir(), mode=0o700, exist_ok=True)
         prune_cards()
-        path = _card(folder, os.getpid())
+        path = _card(os.getpid())
         card = {"rank": rank, "world_size": world_size, "store": address}
         write_json(path, {**card, "started": _started(os.getpid())})
     except OSError:  # a read-only or full temporary folder: no card, nothing else lost
@@ -169,8 +167,8 @@ def write_card(store: Any, rank: int, world_size: int) -> str | None:
     return path
 
 
-def _read(folder: str, pid: int) -> JobCard | None:
-    card = read_json(_card(folder, pid)) or {}
+def _read(pid: int) -> JobCard | None:
+    card = read_json(_card(pid)) or {}
     try:
         return JobCard(pid, int(card["rank"]), int(card["world_size"]), str(card["store"]))
     except (KeyError, TypeError, ValueError):
@@ -197,19 +195,18 @@ def find_card(pid: int) -> JobCard:
     if not alive(pid):
         raise ProcessLookupError(f"There is no process {pid}: is the job still running?")
     prune_cards()  # a card left by a process that is gone is never read
-    folder = card_dir()
-    own = _read(folder, pid)
+    own = _read(pid)
     if own is not None:
         return own
     below = [
         card
-        for other in _pids(folder)
-        if alive(other) and descends_from(other, pid) and (card := _read(folder, other))
+        for other in _pids()
+        if alive(other) and descends_from(other, pid) and (card := _read(other))
     ]
     if not below:
         raise FileNotFoundError(
             f"Process {pid} has no distbridge job card, nor any process below it (looked in "
-            f"{folder}): is it a rank of a job started by distbridge (initialize or spawn) "
+            f"{card_dir()}): is it a rank of a job started by distbridge (initialize or spawn) "
             "with more than one rank? Otherwise ask with --store MASTER_ADDR:MASTER_PORT."
         )
     return min(below, key=lambda card: card.rank)
