@@ -6,10 +6,11 @@ line comes first, and the traceback keeps the user's frames."""
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import signal
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -28,10 +29,13 @@ __all__ = [
     "Report",
     "Worker",
     "death",
+    "dump_report",
     "error_report",
     "failure",
+    "load_report",
     "one_line",
     "raised_error",
+    "run_reported",
     "sentence",
     "signal_name",
 ]
@@ -148,6 +152,40 @@ def error_report(exc: BaseException) -> Report:
     except Exception:
         message = "<str() of the exception failed>"
     return ("error", traceback.format_exc(), type(exc).__name__, message)
+
+
+def run_reported(call: Callable[[], Any]) -> Report:
+    """Call ``call`` and say how it ended: ``("ok", value)`` or its error report; a
+    ``sys.exit()`` with code 0 or None is ok, as for a process."""
+    try:
+        return ("ok", call())
+    except SystemExit as exc:
+        return ("ok", None) if exc.code in (None, 0) else error_report(exc)
+    except BaseException as exc:
+        return error_report(exc)
+
+
+def dump_report(report: Report) -> bytes:
+    """``report`` pickled for the parent; an error report instead when its value cannot be
+    pickled."""
+    try:
+        return pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        message = (
+            f"its return value {SHORT_REPR.repr(report[1])} cannot be pickled to send it to the "
+            f"parent ({type(exc).__name__}: {exc}). Return picklable values such as numbers, "
+            "strings, tensors and containers of these"
+        )
+        return pickle.dumps(("error", traceback.format_exc(), "PicklingError", message))
+
+
+def load_report(data: bytes) -> Report:
+    """The report a worker sent as ``data`` (see `dump_report`)."""
+    try:
+        report: Report = pickle.loads(data)
+    except Exception as exc:
+        return ("error", "", "PicklingError", f"its result could not be unpickled: {exc}")
+    return report
 
 
 def _traceback(rank: int, worker_traceback: str, short: bool) -> str:

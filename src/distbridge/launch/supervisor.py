@@ -15,14 +15,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import faulthandler
+import functools
 import multiprocessing
 import numbers
 import os
-import pickle
 import signal
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
@@ -33,8 +32,14 @@ from distbridge.errors import SpawnTimeoutError, suggest
 from distbridge.launch._main_module import check_main_module
 from distbridge.launch._output import OutputPlan, OutputRelay, redirect_output
 from distbridge.launch._signals import SignalWatch
-from distbridge.launch._worker_reports import Report, Worker, death, error_report, failure
-from distbridge.launch.pickling import SHORT_REPR
+from distbridge.launch._worker_reports import (
+    Worker,
+    death,
+    dump_report,
+    failure,
+    load_report,
+    run_reported,
+)
 from distbridge.launch.warm_start import (
     check_fork_is_safe,
     die_with_parent,
@@ -220,23 +225,7 @@ def _worker_main(
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # "fork" children inherit the parent's
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    report: Report
-    try:
-        report = ("ok", target(index))
-    except SystemExit as exc:
-        report = ("ok", None) if exc.code in (None, 0) else error_report(exc)
-    except BaseException as exc:
-        report = error_report(exc)
-    try:
-        payload = pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as exc:
-        message = (
-            f"its return value {SHORT_REPR.repr(report[1])} cannot be pickled to send it to the "
-            f"parent ({type(exc).__name__}: {exc}). Return picklable values such as numbers, "
-            "strings, tensors and containers of these"
-        )
-        payload = pickle.dumps(("error", traceback.format_exc(), "PicklingError", message))
-    conn.send_bytes(payload)
+    conn.send_bytes(dump_report(run_reported(functools.partial(target, index))))
     conn.close()
     # A watchdog thread in C: it needs no GIL, so it also ends a destructor that hangs while
     # the interpreter shuts down, after printing every thread's stack.
@@ -313,11 +302,9 @@ def _receive(worker: Worker) -> None:
     if worker.report is not None or worker.conn.closed or not worker.conn.poll(0):
         return
     try:
-        worker.report = pickle.loads(worker.conn.recv_bytes())
+        worker.report = load_report(worker.conn.recv_bytes())
     except EOFError:  # closed without a report; the exit code tells the rest
         worker.conn.close()
-    except Exception as exc:
-        worker.report = ("error", "", "PicklingError", f"its result could not be unpickled: {exc}")
 
 
 def _raise_timeout(

@@ -19,8 +19,8 @@ to the replicas, which leave their pids in the parent's folder for that.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
-import pickle
 import shutil
 import signal
 import tempfile
@@ -34,7 +34,13 @@ import torch
 from distbridge.errors import WorkerFailedError
 from distbridge.launch._joinable import Activate, JoinedCall, MakeModel
 from distbridge.launch._signals import leave_pid, passing_on, pids_left
-from distbridge.launch._worker_reports import Report, error_report, raised_error
+from distbridge.launch._worker_reports import (
+    Report,
+    dump_report,
+    load_report,
+    raised_error,
+    run_reported,
+)
 from distbridge.launch.pickling import check_picklable
 from distbridge.launch.supervisor import check_spawn_options, positive_int, run_workers
 from distbridge.launch.warm_start import die_with_parent
@@ -54,14 +60,6 @@ def _cpu_values(value: Any) -> Any:
     return _pytree.tree_map(move, value)
 
 
-def _write(folder: str, local: int, report: tuple[int, Report] | bytes) -> None:
-    path = Path(folder, f"{local}.pkl")
-    partial = path.with_suffix(".partial")
-    data = report if isinstance(report, bytes) else pickle.dumps(report, pickle.HIGHEST_PROTOCOL)
-    partial.write_bytes(data)
-    os.replace(partial, path)  # the parent never reads half a report
-
-
 @dataclass(frozen=True)
 class _Replica(JoinedCall):
     """What runs in every XLA replica: check the host, join, call ``fn``, report."""
@@ -74,38 +72,27 @@ class _Replica(JoinedCall):
     def __call__(self, ordinal: int) -> None:
         import torch_xla.runtime as xr
 
-        local = xr.local_ordinal()
         in_pool = os.getpid() != self.launcher_pid  # torch_xla started a process per device
         answer_report_signal(ordinal, self.reports)
         if in_pool:
             leave_pid(self.folder, ordinal)  # the launcher passes SIGUSR2 on
-        try:
-            if in_pool:
-                die_with_parent()
-            devices = xr.local_device_count()
-            if devices != self.nproc:
-                raise ValueError(
-                    f"spawn got nproc_per_node={self.nproc}, but this host has {devices} XLA "
-                    f"device(s) and xmp.spawn runs one replica per device; pass "
-                    f"nproc_per_node={devices}, or limit the devices (TPU_VISIBLE_CHIPS, "
-                    "CPU_NUM_DEVICES, ...)."
-                )
-            value = _cpu_values(self.run())
-            try:
-                payload = pickle.dumps((ordinal, ("ok", value)), protocol=pickle.HIGHEST_PROTOCOL)
-            except Exception as err:
-                raise TypeError(
-                    f"its return value {type(value).__name__} cannot be pickled to send it to "
-                    f"the parent ({type(err).__name__}: {err}); return picklable values such "
-                    "as numbers, strings, tensors and containers of these."
-                ) from err
-            _write(self.folder, local, payload)
-        except BaseException as exc:
-            clean = isinstance(exc, SystemExit) and exc.code in (None, 0)  # as the native spawn
-            _write(self.folder, local, (ordinal, ("ok", None) if clean else error_report(exc)))
-            if in_pool and not clean:  # siblings in other processes may wait for us
-                os.killpg(os.getpgrp(), signal.SIGTERM)
-            raise
+            die_with_parent()
+        report = run_reported(functools.partial(self._checked_run, xr.local_device_count()))
+        path = Path(self.folder, f"{xr.local_ordinal()}-{ordinal}.pkl")  # local and global rank
+        path.with_suffix(".partial").write_bytes(dump_report(report))
+        os.replace(path.with_suffix(".partial"), path)  # the parent never reads half a report
+        if in_pool and report[0] == "error":  # siblings in other processes may wait for us
+            os.killpg(os.getpgrp(), signal.SIGTERM)
+
+    def _checked_run(self, devices: int) -> Any:
+        if devices != self.nproc:
+            raise ValueError(
+                f"spawn got nproc_per_node={self.nproc}, but this host has {devices} XLA "
+                f"device(s) and xmp.spawn runs one replica per device; pass "
+                f"nproc_per_node={devices}, or limit the devices (TPU_VISIBLE_CHIPS, "
+                "CPU_NUM_DEVICES, ...)."
+            )
+        return _cpu_values(self.run())
 
 
 @dataclass(frozen=True)
@@ -175,28 +162,16 @@ def spawn_xla(
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _read(folder: str, nproc: int) -> dict[int, tuple[int, Report]]:
-    """The replicas' reports, by local rank: ``(rank, report)``."""
-    reports = {}
-    for local in range(nproc):
-        path = Path(folder, f"{local}.pkl")
-        if path.exists():
-            try:
-                reports[local] = pickle.loads(path.read_bytes())
-            except Exception as err:
-                problem = f"its result could not be unpickled: {err}"
-                reports[local] = (local, ("error", "", "PicklingError", problem))
-    return reports
-
-
 def _results(folder: str, nproc: int, failed: WorkerFailedError | None) -> list[Any]:
     """The replicas' results by local rank; raise the error of the first replica that failed,
     else ``failed`` (the launcher's)."""
-    reports = _read(folder, nproc)
+    reports: dict[int, tuple[int, Report]] = {}  # local rank: (rank, report)
+    for path in sorted(Path(folder).glob("*.pkl"), key=lambda path: path.stat().st_mtime_ns):
+        local, rank = map(int, path.stem.split("-"))
+        reports[local] = (rank, load_report(path.read_bytes()))
     errors = [local for local, (_, report) in reports.items() if report[0] == "error"]
-    if errors:
-        local = min(errors, key=lambda local: os.stat(Path(folder, f"{local}.pkl")).st_mtime_ns)
-        raise raised_error(reports[local][0], local, reports[local][1])
+    if errors:  # the first written
+        raise raised_error(reports[errors[0]][0], errors[0], reports[errors[0]][1])
     if failed is not None:
         raise failed
     missing = [local for local in range(nproc) if local not in reports]
