@@ -25,9 +25,8 @@ from torch._C._distributed_c10d import TCPStore  # where torch defines them
 from distbridge.environments import base as environment
 from distbridge.errors import DistributedError
 from distbridge.launch._joinable import Activate, JoinedCall, MakeModel
-from distbridge.launch._main_module import check_main_module, main_is_interactive
 from distbridge.launch._output import plan_output
-from distbridge.launch.pickling import check_picklable, pack
+from distbridge.launch.pickling import prepare_call
 from distbridge.launch.supervisor import (
     PEER_WINDOW_SECONDS,
     check_seconds,
@@ -114,11 +113,7 @@ def spawn_native(
     if problem is not None:
         raise ValueError(f"spawn(nproc_per_node={nproc}): {problem}")
     output = plan_output(tag_output, output_ranks, nproc, nnodes * nproc)
-    check_main_module(start_method)  # before the store: a worker importing an unguarded script
-    if start_method != "fork" and main_is_interactive():
-        fn, args, kwargs_dict = pack(fn, args, kwargs_dict), (), {}  # a notebook's function
-    elif start_method != "fork":
-        check_picklable(fn, args, kwargs_dict)
+    fn, args, kwargs_dict = prepare_call(fn, args, kwargs_dict, start_method)  # before the store
 
     addr = master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
     port = master_port or environment.master_port(os.environ, None)

@@ -21,8 +21,9 @@ from typing import Any
 import cloudpickle
 
 from distbridge.errors import PicklingError
+from distbridge.launch._main_module import check_main_module, main_is_interactive
 
-__all__ = ["SHORT_REPR", "ByValue", "check_picklable", "find_culprit", "pack"]
+__all__ = ["SHORT_REPR", "ByValue", "check_picklable", "find_culprit", "pack", "prepare_call"]
 
 SHORT_REPR = reprlib.Repr()  # repr() shortened for messages
 SHORT_REPR.maxother = SHORT_REPR.maxstring = 160
@@ -41,6 +42,20 @@ def _unwrapped(fn: Any) -> Any:
     while isinstance(fn, functools.partial):
         fn = fn.func
     return fn
+
+
+def prepare_call(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], start_method: str
+) -> tuple[Callable[..., Any], tuple[Any, ...], Mapping[str, Any]]:
+    """``fn``, ``args`` and ``kwargs`` as workers started with ``start_method`` can receive
+    them, checked before any process starts (see `check_main_module`): a function of an
+    interactive ``__main__`` packed by value (`pack`), any other checked (`check_picklable`)."""
+    check_main_module(start_method)  # a worker importing an unguarded script
+    if start_method != "fork" and main_is_interactive():
+        return pack(fn, args, kwargs), (), {}  # a notebook's function
+    if start_method != "fork":
+        check_picklable(fn, args, kwargs)
+    return fn, args, kwargs
 
 
 def check_picklable(

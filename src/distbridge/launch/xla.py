@@ -41,7 +41,7 @@ from distbridge.launch._worker_reports import (
     raised_error,
     run_reported,
 )
-from distbridge.launch.pickling import check_picklable
+from distbridge.launch.pickling import prepare_call
 from distbridge.launch.supervisor import check_spawn_options, positive_int, run_workers
 from distbridge.launch.warm_start import die_with_parent
 from distbridge.reliability.hang.signals import answer_report_signal, report_dir
@@ -66,8 +66,21 @@ class _Replica(JoinedCall):
 
     nproc: int
     folder: str
+    start_method: str
+    reports: str  # the parent's report folder
     launcher_pid: int = 0
-    reports: str = ""  # the parent's report folder
+
+    def launch(self, index: int) -> None:
+        """The one supervised process: hand the replicas to ``xmp.spawn``."""
+        import torch_xla.distributed.xla_multiprocessing as xmp
+
+        replica = replace(self, launcher_pid=os.getpid())
+        if self.nproc == 1:  # xmp.spawn takes 1 or "every device"; 1 runs here
+            xmp.spawn(replica, nprocs=1, start_method=self.start_method)
+            return
+        answer_report_signal(-1, self.reports)  # no report of its own: the replicas'
+        with passing_on(lambda: pids_left(self.folder), self.reports):
+            xmp.spawn(replica, nprocs=None, start_method=self.start_method)
 
     def __call__(self, ordinal: int) -> None:
         import torch_xla.runtime as xr
@@ -93,25 +106,6 @@ class _Replica(JoinedCall):
                 "CPU_NUM_DEVICES, ...)."
             )
         return _cpu_values(self.run())
-
-
-@dataclass(frozen=True)
-class _Launcher:
-    """The one supervised process: hand the replicas to ``xmp.spawn``."""
-
-    replica: _Replica
-    start_method: str
-
-    def __call__(self, index: int) -> None:
-        import torch_xla.distributed.xla_multiprocessing as xmp
-
-        replica = replace(self.replica, launcher_pid=os.getpid())
-        if replica.nproc == 1:  # xmp.spawn takes 1 or "every device"; 1 runs here
-            xmp.spawn(replica, nprocs=1, start_method=self.start_method)
-            return
-        answer_report_signal(-1, replica.reports)  # no report of its own: the replicas'
-        with passing_on(lambda: pids_left(replica.folder), replica.reports):
-            xmp.spawn(replica, nprocs=None, start_method=self.start_method)
 
 
 def spawn_xla(
@@ -141,20 +135,16 @@ def spawn_xla(
             "its runtime: run the same spawn on every host and drop nnodes and node_rank."
         )
     check_spawn_options(start_method, join)
-    if start_method != "fork":
-        check_picklable(fn, args, kwargs_dict)
+    fn, args, kwargs_dict = prepare_call(fn, args, kwargs_dict, start_method)
     folder = tempfile.mkdtemp(prefix="distbridge-xla-")
     replica = _Replica(
         make_model, activate, backend, fn, tuple(args), dict(kwargs_dict), nproc_per_node, folder,
-        reports=report_dir(os.getpid()),
+        start_method, report_dir(os.getpid()),
     )  # fmt: skip
     failed = None
     try:
         try:
-            run_workers(
-                _Launcher(replica, start_method), 1, start_method=start_method,
-                job_timeout=job_timeout,
-            )  # fmt: skip
+            run_workers(replica.launch, 1, start_method=start_method, job_timeout=job_timeout)
         except WorkerFailedError as err:
             failed = err
         return _results(folder, nproc_per_node, failed)
