@@ -17,12 +17,14 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import shutil
 import signal
 import tempfile
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from multiprocessing.connection import wait
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +39,11 @@ from distbridge.launch.supervisor import (
     VERDICT_SECONDS,
     check_seconds,
     positive_int,
+    signal_group,
 )
 from distbridge.reliability.fail_together import record_failure
 from distbridge.reliability.hang.signals import report_dir
 from distbridge.testing._protocol import Outcome, Setup, make_task
-from distbridge.testing._ranks import LogTail, Member, kill_ranks, log_size, read_log
 from distbridge.testing._report import RanksFailedError, WorldRun
 from distbridge.testing._worker import serve
 
@@ -51,6 +53,75 @@ _STACK_SECONDS = 2.0  # longest wait for the stopped ranks' stacks
 _GRACE_SECONDS = 2.0  # how long ranks told to stop get before SIGKILL
 _LIVE_SECONDS = 0.05  # how often the logs are read when a test's output is shown live
 _OPTIONS = ("nproc", "backend", "timeout", "debug")
+
+
+@dataclass
+class Member:
+    """One rank: its process, the parent's end of its pipe, its log file."""
+
+    process: Any  # multiprocessing's SpawnProcess
+    conn: Connection
+    log: Path
+
+
+def kill_ranks(members: list[Member], folder: str) -> None:
+    """SIGKILL each rank's process group, reap the ranks, remove their logs."""
+    for member in members:
+        signal_group(member.process, signal.SIGKILL)
+        member.process.join()
+        member.conn.close()
+    members.clear()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def log_size(path: Path) -> int:
+    """The size of a rank's log (0 before it exists)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def read_log(path: Path, start: int) -> str:
+    """What a rank wrote to its log from byte ``start`` on."""
+    return _read_bytes(path, start).decode("utf-8", errors="replace")
+
+
+def _read_bytes(path: Path, start: int) -> bytes:
+    try:
+        with path.open("rb") as log:
+            log.seek(start)
+            return log.read()
+    except OSError:
+        return b""
+
+
+class LogTail:
+    """Follows the ranks' logs from given offsets and hands on each complete line, as
+    ``on_line(rank, line)`` (without its newline), while a test runs."""
+
+    def __init__(
+        self, logs: list[Path], offsets: list[int], on_line: Callable[[int, str], Any]
+    ) -> None:
+        self._logs, self._offsets, self._on_line = logs, list(offsets), on_line
+        self._partial = [b""] * len(logs)
+
+    def poll(self) -> None:
+        """Hand on the lines completed since the last call."""
+        for rank, path in enumerate(self._logs):
+            data = _read_bytes(path, self._offsets[rank])
+            self._offsets[rank] += len(data)
+            *lines, self._partial[rank] = (self._partial[rank] + data).split(b"\n")
+            for line in lines:
+                self._on_line(rank, line.decode("utf-8", errors="replace"))
+
+    def finish(self) -> None:
+        """Hand on what is left, an unfinished last line included."""
+        self.poll()
+        for rank, rest in enumerate(self._partial):
+            if rest:
+                self._on_line(rank, rest.decode("utf-8", errors="replace"))
+                self._partial[rank] = b""
 
 
 class WarmWorld:
