@@ -15,59 +15,69 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from types import MethodType
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from distbridge.errors import suggest
 from distbridge.models.base import COLLECTIVES, ComputationModel
 
-__all__ = ["SPECS", "Layer", "OpSpec", "check_op", "installed"]
+__all__ = ["Call", "Layer", "check_op", "installed"]
 
-#: each model's installed layers; kept here, not on the model (the layers below the models
-#: touch only what distbridge.model_contract names, tests/unit/test_model_contract.py)
-_INSTALLED: weakref.WeakKeyDictionary[ComputationModel, _Installed] = weakref.WeakKeyDictionary()
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    """A collective's data argument (the first one, by its name; None: barrier) and the
-    position of its ``group`` (read from its signature)."""
-
-    name: str
-    payload: str | None
-    group: int
-
-    def payload_of(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """The data argument of a call, or None."""
-        if self.payload is None:
-            return None
-        return args[0] if args else kwargs.get(self.payload)
-
-    def with_payload(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], value: Any
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """The call's arguments with the data argument replaced by ``value``."""
-        if self.payload is None:
-            return args, kwargs
-        if args:
-            return (value, *args[1:]), kwargs
-        return args, {**kwargs, self.payload: value}
+#: each model's installed layers (innermost first) over what its collectives were before the
+#: first (a patch of the user's is kept); kept here, not on the model (the layers below the
+#: models touch only what distbridge.model_contract names, tests/unit/test_model_contract.py)
+_INSTALLED: weakref.WeakKeyDictionary[ComputationModel, tuple[dict[str, Any], list[Layer]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def _spec(name: str) -> OpSpec:
+def _signature(name: str) -> tuple[str | None, int]:
+    """A collective's data argument (its first, by name; None: barrier) and the position of
+    its ``group``, read from its signature."""
     params = list(inspect.signature(getattr(ComputationModel, name)).parameters)[1:]  # no self
-    return OpSpec(name, None if name == "barrier" else params[0], params.index("group"))
+    return None if name == "barrier" else params[0], params.index("group")
 
 
-SPECS: Final = {name: _spec(name) for name in COLLECTIVES}
+_SIGNATURES: Final = {name: _signature(name) for name in COLLECTIVES}
+
+
+class Call(NamedTuple):
+    """One call of a collective, as a layer sees it: ``proceed`` runs the call below."""
+
+    op: str
+    proceed: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+    @property
+    def data(self) -> Any:
+        """The call's data argument (its first one; None for ``barrier``)."""
+        name = _SIGNATURES[self.op][0]
+        if name is None:
+            return None
+        return self.args[0] if self.args else self.kwargs.get(name)
+
+    @property
+    def group(self) -> Any:
+        """The call's ``group`` argument (None: the world)."""
+        position = _SIGNATURES[self.op][1]
+        return self.args[position] if len(self.args) > position else self.kwargs.get("group")
+
+    def run(self, *data: Any) -> Any:
+        """Run the call as it was made, or with ``data`` (one value) as its data argument."""
+        name = _SIGNATURES[self.op][0]
+        if not data or name is None:
+            return self.proceed(*self.args, **self.kwargs)
+        if self.args:
+            return self.proceed(data[0], *self.args[1:], **self.kwargs)
+        return self.proceed(*self.args, **{**self.kwargs, name: data[0]})
 
 
 def check_op(op: object) -> str:
     """``op`` if it names a collective; TypeError or ValueError (with a suggestion) if not."""
     if not isinstance(op, str):
         raise TypeError(f"op must be the name of a collective (a str), got {op!r}.")
-    if op not in SPECS:
+    if op not in COLLECTIVES:
         raise ValueError(
             f"op={op!r} is not a distbridge collective. Choose one of: "
             f"{', '.join(COLLECTIVES)}.{suggest(op, COLLECTIVES)}"
@@ -82,67 +92,51 @@ class Layer(ABC):
     _depth = 0  # > 0 while one of this layer's calls runs (each layer counts its own)
 
     @abstractmethod
-    def intercept(
-        self,
-        spec: OpSpec,
-        proceed: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        """Handle one call: usually ``return proceed(*args, **kwargs)``, around what the
-        layer adds."""
+    def intercept(self, call: Call) -> Any:
+        """Handle one call: usually ``return call.run()``, around what the layer adds."""
 
 
-@dataclass
-class _Installed:
-    base: dict[str, Any]  # the instance attributes the ops had before the first layer
-    layers: list[Layer] = field(default_factory=list)
-
-
-def _wrap(layer: Layer, spec: OpSpec, inner: Callable[..., Any]) -> Callable[..., Any]:
-    intercept = layer.intercept
-
+def _wrap(layer: Layer, op: str, inner: Callable[..., Any]) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
         if layer._depth:  # a collective the model runs inside one this layer already sees
             return inner(*args, **kwargs)
         layer._depth += 1
         try:
-            return intercept(spec, inner, args, kwargs)
+            return layer.intercept(Call(op, inner, args, kwargs))
         finally:
             layer._depth -= 1
 
-    call.__name__ = call.__qualname__ = spec.name
-    call.__doc__ = getattr(inner, "__doc__", None)
+    call.__name__ = call.__qualname__ = op
+    call.__doc__ = inner.__doc__
     return call
 
 
-def _rebuild(model: ComputationModel, state: _Installed) -> None:
-    for name in COLLECTIVES:
-        call = state.base.get(name)
-        for layer in state.layers:
-            if name in layer.ops:
+def _rebuild(model: ComputationModel, base: dict[str, Any], layers: list[Layer]) -> None:
+    for op in COLLECTIVES:
+        call = base.get(op)
+        for layer in layers:
+            if op in layer.ops:
                 # the class's method bound to the model (not the model's attribute, which may
                 # be an outer layer's)
-                inner = call or MethodType(getattr(type(model), name), model)
-                call = _wrap(layer, SPECS[name], inner)
-        model.interpose(name, call)
+                call = _wrap(layer, op, call or MethodType(getattr(type(model), op), model))
+        model.interpose(op, call)
 
 
 @contextmanager
 def installed(layer: Layer, model: ComputationModel) -> Iterator[ComputationModel]:
     """Interpose ``layer`` on ``model``'s collectives for the block; removed on exit."""
-    state = _INSTALLED.get(model)
-    if state is None:
-        before = {name: model.interposed(name) for name in COLLECTIVES}
-        state = _INSTALLED[model] = _Installed({k: v for k, v in before.items() if v is not None})
-    if layer in state.layers:
+    if model not in _INSTALLED:
+        before = {op: model.interposed(op) for op in COLLECTIVES}
+        _INSTALLED[model] = {op: call for op, call in before.items() if call is not None}, []
+    base, layers = _INSTALLED[model]
+    if layer in layers:
         raise RuntimeError(f"{layer!r} is already installed; leave its block before reusing it.")
-    state.layers.append(layer)
-    _rebuild(model, state)
+    layers.append(layer)
+    _rebuild(model, base, layers)
     try:
         yield model
     finally:
-        state.layers.remove(layer)
-        _rebuild(model, state)
-        if not state.layers:
+        layers.remove(layer)
+        _rebuild(model, base, layers)
+        if not layers:
             del _INSTALLED[model]

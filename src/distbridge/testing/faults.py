@@ -20,12 +20,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
 from distbridge import _state
-from distbridge.testing._interpose import Layer, OpSpec, check_op, installed
+from distbridge.testing._interpose import Call, Layer, check_op, installed
 
 __all__ = [
     "Action",
@@ -43,25 +43,8 @@ __all__ = [
 ]
 
 
-class FaultCall(NamedTuple):
-    """The collective call a fault fires at."""
-
-    spec: OpSpec
-    proceed: Callable[..., Any]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-
-    @property
-    def data(self) -> Any:
-        """The call's data argument (its first one; None for ``barrier``)."""
-        return self.spec.payload_of(self.args, self.kwargs)
-
-    def run(self, *data: Any) -> Any:
-        """Run the call as it was made, or with ``data`` (one value) as its data argument."""
-        if not data:
-            return self.proceed(*self.args, **self.kwargs)
-        args, kwargs = self.spec.with_payload(self.args, self.kwargs, data[0])
-        return self.proceed(*args, **kwargs)
+#: The collective call a fault fires at: ``data``, ``run()``, ``op``, ``args``, ``kwargs``.
+FaultCall = Call
 
 
 class Action(ABC):
@@ -162,7 +145,7 @@ class _TensorAction(Action):
         is_list = isinstance(value, (list, tuple)) and len(value) > 0
         if not is_list or not all(isinstance(t, torch.Tensor) for t in value):
             raise TypeError(
-                f"{type(self).__name__} changes a tensor argument, but this {call.spec.name} call "
+                f"{type(self).__name__} changes a tensor argument, but this {call.op} call "
                 f"got {type(value).__name__}: {value!r}. Inject it at a call with a tensor."
             )
         return call.run([self.change(t) for t in value])
@@ -224,16 +207,14 @@ class Injection(Layer):
     def __post_init__(self) -> None:
         self.ops = (self.op,) if self.active else ()
 
-    def intercept(
-        self, spec: OpSpec, proceed: Callable[..., Any], args: tuple[Any, ...], kwargs: Any
-    ) -> Any:
+    def intercept(self, call: Call) -> Any:
         """Count the call; at the chosen one, fire the action."""
         self.calls += 1
         if self.calls != self.call:
-            return proceed(*args, **kwargs)
+            return call.run()
         self.fired = True
         try:
-            return self.action.fire(FaultCall(spec, proceed, args, kwargs))
+            return self.action.fire(call)
         except Exception as error:  # say where it came from (Python 3.11+: a note)
             note = f"(distbridge.testing.faults: {self.action!r} at {self.op} call {self.call})"
             if hasattr(error, "add_note") and note not in getattr(error, "__notes__", ()):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -22,7 +22,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from distbridge import _state
 from distbridge._frames import outside
 from distbridge.models import ComputationModel
-from distbridge.testing._interpose import Layer, OpSpec, installed
+from distbridge.testing._interpose import Call, Layer, installed
 
 __all__ = ["CallRecord", "OpSummary", "Recording", "Summary", "bus_factor", "record"]
 
@@ -202,25 +202,20 @@ class Recording(Layer):
         self._calls.clear()
         self._totals.clear()
 
-    def intercept(
-        self, spec: OpSpec, proceed: Callable[..., Any], args: tuple[Any, ...], kwargs: Any
-    ) -> Any:
+    def intercept(self, call: Call) -> Any:
         """Time the call and record it (not when it raises)."""
         start = time.perf_counter()
-        if self._profile:
-            with torch.profiler.record_function(f"distbridge.{spec.name}"):
-                result = proceed(*args, **kwargs)
-        else:
-            result = proceed(*args, **kwargs)
+        label = f"distbridge.{call.op}"
+        with torch.profiler.record_function(label) if self._profile else nullcontext():
+            result = call.run()
         seconds = time.perf_counter() - start
-        group = args[spec.group] if len(args) > spec.group else kwargs.get("group")
-        size = self._world_size if group is None else self._group_size(group)
-        nbytes, dtype = _payload(spec.payload_of(args, kwargs))
+        size = self._world_size if call.group is None else self._group_size(call.group)
+        nbytes, dtype = _payload(call.data)
         site = ""
         if self._keep or self._on_call is not None:  # the first frame outside distbridge
             frame = outside(sys._getframe())
             site = f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        self._add(spec.name, size, nbytes, dtype, seconds, site)
+        self._add(call.op, size, nbytes, dtype, seconds, site)
         return result
 
     def _add(self, op: str, size: int, nbytes: int, dtype: str, seconds: float, site: str) -> None:
