@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -36,12 +38,17 @@ def one_line(text: str) -> str:
     return re.sub(r"\s+", " ", text)
 
 
-def wait_for(path: Path, timeout: float) -> None:
-    """Fail unless ``path`` appears within ``timeout`` seconds."""
+def wait_for(path: Path, timeout: float, job: subprocess.Popen[str] | None = None) -> None:
+    """Fail unless ``path`` appears within ``timeout`` seconds; with ``job`` (started in a
+    session of its own, output piped), a failure kills the job and shows the end of its output."""
     deadline = time.monotonic() + timeout
     while not path.exists():
         if time.monotonic() > deadline:
-            pytest.fail(f"{path} did not appear within {timeout} s")
+            output = ""
+            if job is not None:
+                os.killpg(job.pid, signal.SIGKILL)
+                output = "; the job's output ends:\n" + job.communicate()[0][-4000:]
+            pytest.fail(f"{path} did not appear within {timeout} s{output}")
         time.sleep(0.05)
 
 

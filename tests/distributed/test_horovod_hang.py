@@ -141,13 +141,14 @@ def test_a_barrier_timeout_under_horovodrun_names_the_rank_at_fault(tmp_path: Pa
     job = _start_job(tmp_path, "barrier")
     pids: list[int] = []
     try:
-        wait_for(tmp_path / "started", START_TIMEOUT)
-        wait_for(tmp_path / "caught", targets.BARRIER_TIMEOUT + 60)
+        wait_for(tmp_path / "started", START_TIMEOUT, job)
+        wait_for(tmp_path / "caught", targets.BARRIER_TIMEOUT + 60, job)
         pids = [int(p.read_text()) for p in sorted(tmp_path.glob("worker-*.pid"))]
         time.sleep(1.0)  # rank 0's traceback reaches horovodrun's output
     finally:
-        os.killpg(job.pid, signal.SIGKILL)  # rank 2 would sleep on
-        output = job.communicate()[0]
+        if job.returncode is None:  # not ended by a failed wait_for
+            os.killpg(job.pid, signal.SIGKILL)  # rank 2 would sleep on
+            output = job.communicate()[0]
     text = one_line(output)
     assert "Barrier timed out after 5 s" in text, text[-3000:]
     assert_rank_2_behind(text, STUCK_IN_PYTHON, op="barrier", at="barrier")
