@@ -19,7 +19,7 @@ import torch
 from distbridge._collectives import all_reduce, broadcast, reduce
 from distbridge._state import current
 from distbridge._types import Group
-from distbridge.algorithms.object_frames import Serializer
+from distbridge.algorithms.object_collectives import Serializer
 
 __all__ = [
     "Serializer",

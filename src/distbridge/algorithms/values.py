@@ -11,13 +11,15 @@ asked for objects too.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from distbridge.algorithms import codec, object_frames
+from distbridge.algorithms import codec
+from distbridge.algorithms.object_collectives import dumps
 
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract
@@ -55,7 +57,7 @@ def _encode(value: Any, objects: bool) -> tuple[int, int, int, bytes]:
     if kind in codec.NUMBER_KINDS:
         return kind, codec.encode_number(value, kind), 0, b""
     if kind in _TEXT_KINDS or objects:
-        payload = str(value).encode("utf-8") if kind in _TEXT_KINDS else object_frames.dumps(value)
+        payload = str(value).encode("utf-8") if kind in _TEXT_KINDS else dumps(value)
         return kind, len(payload), 0, payload
     raise TypeError(
         f"Unhandled input type {type(value).__name__}: broadcast takes a tensor, a number, a "
@@ -142,7 +144,7 @@ def gather_values(model: ModelContract, value: Any, group: Any) -> list[Any]:
     else:
         chunks = _gather_bytes(model, payload, sizes, group)
     return [  # objects: every rank asked for them (kinds alike)
-        object_frames.loads(chunk) if k == codec.KIND_OBJECT else codec.decode_text(chunk, k)
+        pickle.loads(chunk) if k == codec.KIND_OBJECT else codec.decode_text(chunk, k)
         for (k, _), chunk in zip(header, chunks, strict=True)
     ]
 

@@ -34,7 +34,7 @@ from distbridge.algorithms import (
     values,
 )
 from distbridge.algorithms.checks import check_dense, check_reducible, divide_, write_back
-from distbridge.algorithms.object_frames import Serializer
+from distbridge.algorithms.object_collectives import Serializer
 from distbridge.models._primitives import NOT_A_MEMBER, BackendPrimitives
 from distbridge.reliability import debug, fail_together
 from distbridge.reliability.hang.ledger import Entry
