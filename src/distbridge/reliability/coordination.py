@@ -101,9 +101,13 @@ def host_store(
     return prefixed(TCPStore(host, int(port), None, False, timeout=timeout))
 
 
-def default_store() -> Any:
-    """The default process group's store (None for a group made without one, as MPI's)."""
-    return c10d._get_default_store()
+def default_store() -> Any | None:
+    """The default process group's store; None without a default process group, or for one
+    made without a store (as MPI's)."""
+    try:
+        return c10d._get_default_store()
+    except Exception:  # no default process group
+        return None
 
 
 def job_store(rank: int, nnodes: int, store: Any | None, broadcast: Broadcast) -> Any:

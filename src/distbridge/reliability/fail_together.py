@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "abort_communicator",
-    "default_store_or_none",
     "failure_key",
     "install_excepthook",
     "job_root",
@@ -208,14 +207,6 @@ def read_failure(store: Any) -> tuple[int, str] | None:
         return None
 
 
-def default_store_or_none() -> Any | None:
-    """`coordination.default_store`, or None without a default process group."""
-    try:
-        return coordination.default_store()
-    except Exception:  # no default process group
-        return None
-
-
 def leave(rank: int, world_size: int, teardown: Teardown | None, store: Any) -> None:
     """Tell the peers through ``store`` that this rank leaves the job (``finalize``): as a
     failure when an exception is propagating (other than a clean ``SystemExit``), then
@@ -281,7 +272,7 @@ def install_excepthook(
     rank: int,
     world_size: int = 0,
     teardown: Teardown | None = None,
-    store_of: Callable[[], Any] = default_store_or_none,
+    store_of: Callable[[], Any] = coordination.default_store,
 ) -> None:
     """Make an uncaught exception on this rank leave a failure note for its peers, then call
     ``teardown()`` (abort the communicator, so that peers blocked in a collective fail now

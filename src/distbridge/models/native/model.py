@@ -94,7 +94,7 @@ class NativeModel(ComputationModel):
         self._torch_ops = ops.TorchOps(backend)
         # The failure note and the peers' "left" marks live in the default group's store, so
         # an adopted context reads them too; initialize starts the rest (see from_backend).
-        self._together = FailingTogether(self, fail_together.default_store_or_none)
+        self._together = FailingTogether(self, coordination.default_store)
 
     # ---- class level -----------------------------------------------------------------------
 
