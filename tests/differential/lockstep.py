@@ -15,6 +15,7 @@ import hashlib
 import os
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch.distributed as dist
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 
 import distbridge as idist
 
-__all__ = ["SEED_VARIABLE", "digest", "draw_examples", "run_in_lockstep", "seed_note"]
+__all__ = ["SEED_VARIABLE", "digest", "draw_examples", "progress", "run_in_lockstep", "seed_note"]
 
 #: an integer here makes every process draw the cases from it (default: derandomized)
 SEED_VARIABLE = "DISTBRIDGE_DIFFERENTIAL_SEED"
@@ -88,7 +89,9 @@ def run_in_lockstep(
     if len(digests) != 1:
         raise RuntimeError(f"the ranks drew different cases (digests {sorted(digests)})")
     found = []
+    trail = Path(f"{store_path}.rank{rank}")
     for i, case in enumerate(cases):
+        trail.write_text(f"case {i} of {len(cases)}, {label(case)}")
         try:
             problem = run_one(case)
         except Exception as err:  # a valid input raised: a finding like a wrong answer
@@ -107,3 +110,11 @@ def run_in_lockstep(
                 f" did within {case_timeout} s: a hang"
             ) from err
     return found
+
+
+def progress(store_path: str) -> str:
+    """The case each rank of a `run_in_lockstep` on ``store_path`` began last, one line a
+    rank: for a job that died (an engine's abort) without saying where."""
+    trails = sorted(Path(store_path).parent.glob(f"{Path(store_path).name}.rank*"))
+    lines = [f"{t.suffix[1:]}: began {t.read_text()}" for t in trails]
+    return "Where each rank was: " + ("; ".join(lines) or f"no {store_path}.rank* trail")

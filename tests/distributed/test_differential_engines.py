@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from distbridge.testing import run_distributed
+from tests.differential import lockstep
 from tests.differential.dict_cases import DICT_FUNCTIONS
 from tests.differential.object_cases import FUNCTIONS
 from tests.distributed import bitwise_targets, differential_tensor_targets, ndims_targets
@@ -103,13 +104,18 @@ def test_tensor_and_number_collectives_are_exact(
 ) -> None:
     """The tensor and number collectives against the exact answer (``tensor_cases``): every
     (dtype, op) pair of the reductions the model takes, on this engine."""
-    reports = run_distributed(
-        differential_tensor_targets.run_tensor_differential,
-        backend=backend,
-        world_size=world_size,
-        args=(str(tmp_path / "store"), 12),
-        timeout=360,
-    )
+    store = str(tmp_path / "store")
+    try:
+        reports = run_distributed(
+            differential_tensor_targets.run_tensor_differential,
+            backend=backend,
+            world_size=world_size,
+            args=(store, 12),
+            timeout=360,
+        )
+    except Exception as err:  # e.g. Horovod's engine aborted the job: say in which case
+        err.add_note(lockstep.progress(store))
+        raise
     mismatches = [m for report in reports for m in report["mismatches"]]
     shown = "\n".join(" | ".join(m) for m in mismatches[:40])
     assert not mismatches, f"{len(mismatches)} mismatches (label | expected | got):\n{shown}"
