@@ -24,7 +24,7 @@ from distbridge.errors import GroupArgumentError
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract
 
-__all__ = ["NOT_A_MEMBER", "GroupCache", "is_mesh", "mesh_group", "not_a_group"]
+__all__ = ["NOT_A_MEMBER", "GroupCache", "is_mesh", "mesh_group", "not_a_group", "resolve"]
 
 
 _SHOWN = 5  # ranks named at most in an error
@@ -79,6 +79,32 @@ class _Membership(enum.Enum):
 NOT_A_MEMBER = _Membership.NOT_A_MEMBER
 
 
+def resolve(model: ModelContract, group: object, cache: GroupCache | None = None) -> Any:
+    """The backend group for ``group``: None for the world, NOT_A_MEMBER when this rank is
+    outside it. A list, tuple or range of ranks goes through ``cache``, which makes the group
+    on first use; without one (inside torch.compile: a compiled region cannot run
+    ``new_group``, a collective of its own, nor trace the cache's weak proxy of the model)
+    the group must exist already in ``model.groups``."""
+    if group is None:
+        return None
+    if isinstance(group, (list, tuple, range)):
+        if len(group) == 0:  # as torch's and ignite's: a group no rank belongs to
+            return NOT_A_MEMBER
+        resolved = model.groups.cached(group) if cache is None else cache.get(group)
+        if resolved is None and cache is None:
+            raise ValueError(
+                f"Inside torch.compile the group of ranks {list(group)!r} must exist already "
+                "(a compiled region cannot create one): call idist.new_group(ranks) once "
+                "before the compiled function runs."
+            )
+    elif is_mesh(group):
+        resolved = mesh_group(group, model.name, model.functional_collectives)
+    else:
+        model._check_group(group)
+        resolved = group
+    return NOT_A_MEMBER if model._group_rank(resolved) < 0 else resolved
+
+
 class GroupCache:
     """The groups one model created, keyed by their sorted rank tuple and options."""
 
@@ -92,18 +118,8 @@ class GroupCache:
         return len(self._groups)
 
     def resolve(self, group: object) -> Any:
-        """The backend group for ``group``: None for the world, NOT_A_MEMBER when this rank is
-        outside it. Lists and tuples of ranks go through the cache."""
-        if group is None:
-            return None
-        if isinstance(group, (list, tuple, range)) and len(group) == 0:
-            return self.NOT_A_MEMBER  # as torch's and ignite's: a group no rank belongs to
-        if isinstance(group, (list, tuple, range)) or is_mesh(group):
-            resolved = self.get(group)  # type: ignore[arg-type]
-        else:
-            self._model._check_group(group)
-            resolved = group
-        return self.NOT_A_MEMBER if self._model._group_rank(resolved) < 0 else resolved
+        """The backend group for ``group`` (see ``resolve``), made on first use."""
+        return resolve(self._model, group, self)
 
     def get(self, ranks: Sequence[int], **kwargs: Any) -> Any:
         """The cached group of ``ranks`` with ``kwargs``, created on first use; ``[]`` for no

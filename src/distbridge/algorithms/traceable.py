@@ -25,7 +25,7 @@ from distbridge.algorithms import byte_view, carriers, codec, shape_rows
 from distbridge.algorithms.c10d_rules import backend_op
 from distbridge.algorithms.checks import check_dense, check_reducible, divide_
 from distbridge.algorithms.fold import fold
-from distbridge.algorithms.groups import NOT_A_MEMBER, is_mesh, mesh_group
+from distbridge.algorithms.groups import NOT_A_MEMBER, resolve
 
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract
@@ -44,30 +44,6 @@ __all__ = [
 #: canonical op -> the functional collectives' name for it
 _FUNCOL_OPS = {"SUM": "sum", "PRODUCT": "product", "MIN": "min", "MAX": "max",
                "AND": "band", "OR": "bor", "AVG": "avg"}  # fmt: skip
-
-
-def _resolve(model: ModelContract, group: Any) -> Any:
-    """``group`` as the eager path resolves it (None: the world; NOT_A_MEMBER), without
-    making a group: a compiled region cannot run ``new_group``, a collective of its own (nor
-    ``GroupCache.resolve``: Dynamo cannot trace its weak proxy of the model)."""
-    if group is None:
-        return None
-    if is_mesh(group):
-        resolved = mesh_group(group, model.name, model.functional_collectives)
-    elif isinstance(group, (list, tuple, range)):
-        if len(group) == 0:  # a group no rank belongs to, as in eager code
-            return NOT_A_MEMBER
-        resolved = model.groups.cached(group)
-        if resolved is None:
-            raise ValueError(
-                f"Inside torch.compile the group of ranks {list(group)!r} must exist already "
-                "(a compiled region cannot create one): call idist.new_group(ranks) once "
-                "before the compiled function runs."
-            )
-    else:
-        model._check_group(group)
-        resolved = group
-    return NOT_A_MEMBER if model._group_rank(resolved) < 0 else resolved
 
 
 def _process_group(resolved: Any) -> Any:
@@ -137,7 +113,7 @@ def all_reduce(model: ModelContract, x: torch.Tensor, op: str, group: Any) -> to
     """``all_reduce`` of a tensor inside a compiled region (in place, as eager)."""
     name = codec.canonical_op(op, model.reduce_ops, model.name)
     check_reducible(x, name)
-    resolved = _resolve(model, group)
+    resolved = resolve(model, group)
     if resolved is NOT_A_MEMBER:
         return x
     return _write(x, _reduced(model, x, name, resolved))
@@ -147,7 +123,7 @@ def reduce(model: ModelContract, x: torch.Tensor, dst: int, op: str, group: Any)
     """``reduce`` inside a compiled region: an all-reduce whose answer only ``dst`` keeps."""
     name = codec.canonical_op(op, model.reduce_ops, model.name)
     check_reducible(x, name, "reduce")
-    resolved = _resolve(model, group)
+    resolved = resolve(model, group)
     model.check_root("dst", dst, resolved)
     if resolved is NOT_A_MEMBER:
         return x
@@ -158,7 +134,7 @@ def reduce(model: ModelContract, x: torch.Tensor, dst: int, op: str, group: Any)
 def all_gather(model: ModelContract, x: torch.Tensor, group: Any) -> torch.Tensor:
     """``all_gather`` of a tensor inside a compiled region."""
     check_dense(x, "all_gather")
-    resolved = _resolve(model, group)
+    resolved = resolve(model, group)
     if resolved is NOT_A_MEMBER:
         return x
     x = x.unsqueeze(0) if x.dim() == 0 else x
@@ -170,7 +146,7 @@ def all_gather(model: ModelContract, x: torch.Tensor, group: Any) -> torch.Tenso
 def broadcast(model: ModelContract, x: torch.Tensor, src: int, group: Any) -> torch.Tensor:
     """``broadcast`` of a tensor inside a compiled region (in place on the receivers)."""
     check_dense(x, "broadcast")
-    resolved = _resolve(model, group)
+    resolved = resolve(model, group)
     model.check_root("src", src, resolved)
     if resolved is NOT_A_MEMBER:
         return x
@@ -184,7 +160,7 @@ def broadcast(model: ModelContract, x: torch.Tensor, src: int, group: Any) -> to
 
 def gather(model: ModelContract, x: torch.Tensor, dst: int, group: Any) -> list[Any]:
     """``gather`` inside a compiled region: every rank's tensor has ``x``'s shape."""
-    resolved = _resolve(model, group)
+    resolved = resolve(model, group)
     model.check_root("dst", dst, resolved)
     if resolved is NOT_A_MEMBER:
         return []
@@ -195,7 +171,7 @@ def gather(model: ModelContract, x: torch.Tensor, dst: int, group: Any) -> list[
 def scatter(model: ModelContract, tensors: Any, src: int, group: Any, out: Any) -> Any:
     """``scatter`` inside a compiled region: chunk r of ``src``'s equal-shaped ``tensors`` to
     group rank r, by one all-to-all in which only ``src`` sends."""
-    resolved = _resolve(model, group)
+    resolved = resolve(model, group)
     model.check_root("src", src, resolved)
     if resolved is NOT_A_MEMBER:
         return None
@@ -226,7 +202,7 @@ def reduce_scatter(model: ModelContract, x: torch.Tensor, op: str, group: Any) -
     """``reduce_scatter`` inside a compiled region: chunk r of the reduced ``x`` on rank r."""
     name = codec.canonical_op(op, model.reduce_ops, model.name)
     check_reducible(x, name, "reduce_scatter")
-    resolved = _resolve(model, group)
+    resolved = resolve(model, group)
     if resolved is NOT_A_MEMBER:
         return x
     size = model._group_size(resolved)
@@ -238,7 +214,7 @@ def reduce_scatter(model: ModelContract, x: torch.Tensor, op: str, group: Any) -
 def all_to_all(model: ModelContract, tensors: Any, group: Any) -> list[torch.Tensor] | torch.Tensor:
     """``all_to_all`` inside a compiled region: a tensor (dim 0 in equal chunks) or a list of
     tensors of one shape, the chunks received having that shape too."""
-    resolved = _resolve(model, group)
+    resolved = resolve(model, group)
     single = isinstance(tensors, torch.Tensor)
     if resolved is NOT_A_MEMBER:
         return tensors if single else list(tensors)
