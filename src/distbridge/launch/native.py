@@ -101,13 +101,10 @@ def spawn_native(
     check_spawn_options(start_method, join)
     seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
     check_seconds("timeout", seconds, none=True)  # before the store and the workers take it
-    if isinstance(master_port, str) and master_port.strip().isdigit():
-        master_port = int(master_port)  # what argparse gives without type=int, as ignite takes
     if init_method == "env://":  # the job's store, its address exported as MASTER_ADDR / _PORT
         init_method = None
-    if master_port is not None and (
-        not isinstance(master_port, int) or not 0 < master_port < 65536
-    ):
+    given_port = environment.port_number(master_port)
+    if master_port is not None and given_port is None:  # a str of digits is taken, as ignite
         raise ValueError(f"master_port must be an int in 1..65535, got {master_port!r}.")
     problem = None if gpu_problem is None else gpu_problem(nproc)
     if problem is not None:
@@ -116,7 +113,7 @@ def spawn_native(
     fn, args, kwargs_dict = prepare_call(fn, args, kwargs_dict, start_method)  # before the store
 
     addr = master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
-    port = master_port or environment.master_port(os.environ, None)
+    port = given_port or environment.master_port(os.environ, None)
     if nnodes > 1 and port is None and init_method is None:
         raise ValueError(
             f"nnodes={nnodes} needs a master_port that every node passes (or MASTER_PORT set "
