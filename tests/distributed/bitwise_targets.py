@@ -2,7 +2,7 @@
 ``reduce_scatter`` with AND / OR against ``all_reduce``'s answer and the exact one.
 
 NCCL has no bitwise reduction: ``all_reduce`` folds AND / OR from an all-gather there, and
-``reduce`` and ``reduce_scatter`` take the same route (``algorithms/c10d_rules.backend_op``),
+``reduce`` and ``reduce_scatter`` take the same route (``algorithms/fold.backend_op``),
 so every reduction takes the same ops on every backend. Every rank draws the same cases
 (``tests/differential/tensor_cases.py``, limited to AND / OR: every (dtype, op) pair of both
 functions, then hypothesis's draws) and runs them in lockstep. Each result is checked

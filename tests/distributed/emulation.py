@@ -46,11 +46,11 @@ def emulating() -> AbstractContextManager[None]:
 class _NcclRuleNativeModel(NativeModel):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._torch_ops = ops.TorchOps("nccl")  # c10d_rules.backend_op for "nccl"
+        self._torch_ops = ops.TorchOps("nccl")  # fold.backend_op for "nccl"
 
 
 def as_on_nccl() -> AbstractContextManager[None]:
     """Within the block, the live native context picks its ReduceOps by NCCL's rule
-    (``c10d_rules.backend_op``): its all_reduce, reduce and reduce_scatter fold AND / OR from
+    (``fold.backend_op``): its all_reduce, reduce and reduce_scatter fold AND / OR from
     an all-gather, as on NCCL, whatever the backend (gloo ranks on a CPU take NCCL's route)."""
     return _installed(_NcclRuleNativeModel, "NCCL's rule")

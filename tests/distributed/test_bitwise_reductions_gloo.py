@@ -1,6 +1,6 @@
 """reduce and reduce_scatter with AND / OR on 2 and 3 real gloo ranks (the warm worlds),
 against all_reduce's answer and the exact one, by gloo's own rule and by NCCL's (AND / OR
-folded from an all-gather, ``algorithms/c10d_rules.backend_op``). Per-rank body:
+folded from an all-gather, ``algorithms/fold.backend_op``). Per-rank body:
 ``bitwise_targets.run_bitwise_differential``; the world of one is
 ``tests/unit/test_bitwise_reductions.py``."""
 

@@ -1,6 +1,6 @@
 """Every reduction takes the bitwise ops on every backend: NCCL has none (torch raises
 ``ValueError: Cannot use ReduceOp.BAND with NCCL``), so all_reduce, reduce and reduce_scatter
-all fold AND / OR from an all-gather there, by one rule (``c10d_rules.backend_op``).
+all fold AND / OR from an all-gather there, by one rule (``fold.backend_op``).
 
 NCCL cannot run on a CPU; its rule is a plain function of the backend's name, and below a
 gloo world of one reduces by it while torch's ops refuse the bitwise ReduceOps as NCCL does.
@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import distbridge as idist
 from distbridge import _state
-from distbridge.algorithms.c10d_rules import NO_BITWISE, backend_op
+from distbridge.algorithms.fold import NO_BITWISE, backend_op
 from distbridge.models.native import ops
 from tests.differential import tensor_cases as tc
 from tests.distributed import bitwise_targets

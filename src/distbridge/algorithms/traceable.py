@@ -22,9 +22,8 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
 from distbridge.algorithms import byte_view, carriers, codec, shape_rows
-from distbridge.algorithms.c10d_rules import backend_op
 from distbridge.algorithms.checks import check_dense, check_reducible, divide_
-from distbridge.algorithms.fold import fold
+from distbridge.algorithms.fold import backend_op, fold
 from distbridge.algorithms.groups import NOT_A_MEMBER, resolve
 
 if TYPE_CHECKING:

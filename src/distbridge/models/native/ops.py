@@ -1,6 +1,6 @@
 """How the native model hands reductions and single-tensor collectives to torch.distributed.
 
-Which reduction a backend runs for a canonical op is ``algorithms/c10d_rules.py``'s rule (a
+Which reduction a backend runs for a canonical op is ``algorithms/fold.py``'s rule (a
 bool SUM as MAX; a complex PRODUCT, and AND / OR on NCCL, folded), shared with the traceable
 path of torch.compile; all_reduce, reduce and reduce_scatter ask it alike.
 """
@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from distbridge.algorithms.c10d_rules import backend_op
+from distbridge.algorithms.fold import backend_op
 
 __all__ = [
     "NON_MEMBER",
@@ -46,7 +46,7 @@ _DTYPES = {value for value in vars(torch).values() if isinstance(value, torch.dt
 class TorchOps(dict[tuple[torch.dtype, str], Any]):
     """``ops[(dtype, op)]``: the ``dist.ReduceOp`` that reduces tensors of ``dtype`` by the
     canonical ``op`` exactly on ``backend``; None where the backend has none and the
-    reduction is folded (``c10d_rules.backend_op``: a complex PRODUCT, AND / OR on NCCL).
+    reduction is folded (``fold.backend_op``: a complex PRODUCT, AND / OR on NCCL).
     A dict, filled for every dtype torch names when it is made, so that even a first call
     reads it at a dict's cost."""
 
