@@ -252,18 +252,13 @@ def _supervise(
     window_end: float | None = None
     while running:
         signals.raise_if_received()
-        now = time.monotonic()
-        if window_end is not None:
-            if now >= window_end:
-                break
-            timeout = min(_TICK_SECONDS, window_end - now)
-        else:
-            timeout = _TICK_SECONDS
-            if deadline is not None:
-                timeout = min(timeout, deadline - now)
-                if timeout <= 0:
-                    _raise_timeout(running, job_timeout, verdict(VERDICT_SECONDS))
-        ready = _wait(running, signals, timeout)
+        end = deadline if window_end is None else window_end  # the window ends the job first
+        left = _TICK_SECONDS if end is None else end - time.monotonic()
+        if left <= 0 and window_end is not None:
+            break
+        if left <= 0:
+            _raise_timeout(running, job_timeout, verdict(VERDICT_SECONDS))
+        ready = _wait(running, signals, min(left, _TICK_SECONDS))
         for worker in list(running):
             # Read a report before looking at the exit code: a worker that reported and
             # exited must not be mistaken for one that died without a report.
