@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distbridge.testing import skip_if_any_rank
-from distbridge.testing._where import frames, where
+from distbridge.testing._report import frames, where
 
 HERE = __file__
 

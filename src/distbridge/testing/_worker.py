@@ -5,6 +5,11 @@ workers do. Its stdout and stderr go to a log file the parent reads; SIGUSR1 wri
 thread's Python stack there, SIGUSR2 its hang report to `report_dir` of the world's folder.
 A test that raises leaves a failure note and cuts the rank's connections (fail-together),
 so peers blocked in a collective raise `PeerFailed` instead of waiting for the timeout.
+
+What the parent and a rank send each other over the rank's pipe: the parent starts the rank
+with how it joins the world (`serve`'s arguments), then sends one `Task` per test (made by
+`make_task`) and ``None`` to stop. A rank answers ``("ready", pid)`` or ``("failed",
+traceback)`` once it joined the world, then one `Outcome` per task.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import pickle
 import signal
 import sys
 import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from types import CodeType, ModuleType
@@ -31,20 +38,97 @@ from distbridge.launch.warm_start import die_with_parent
 from distbridge.models.base import ComputationModel
 from distbridge.reliability.fail_together import record_failure, summarize
 from distbridge.reliability.hang.signals import answer_report_signal, report_dir, report_on_signal
-from distbridge.testing._protocol import Outcome, Setup, Task
 
-__all__ = ["serve"]
+__all__ = ["Outcome", "Task", "make_task", "serve"]
 
 _DETAIL_CHARS = 4000
 
 
-def serve(rank: int, conn: Connection, setup: Setup) -> None:
-    """Entry point of a rank: join the world, answer tasks until ``None`` comes, then leave."""
-    answer_report_signal(rank, report_dir(Path(setup.log_path).parent.name))
-    _isolate(setup.log_path)
-    os.environ.update(setup.env)
+@dataclass(frozen=True)
+class Task:
+    """One test: call ``module.function(**kwargs)`` on every rank.
+
+    ``path`` is the module's file (imported from there when the name alone does not find
+    it); ``kwargs`` holds each argument pickled on its own (unpickled on the rank, where a
+    failure is the test's); ``sys_path`` is the parent's import path at the time, so the
+    test's own imports resolve as in the parent.
+    """
+
+    task_id: int
+    module: str
+    path: str
+    function: str
+    kwargs: Mapping[str, bytes]
+    sys_path: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one rank ran one task. ``summary`` is the error's first line, ``detail`` the rest
+    of its message (a table, a hint). ``world_kept`` is False when the test left the world
+    unusable (it finalized the process group), so the world must be replaced."""
+
+    rank: int
+    task_id: int
+    passed: bool
+    error_type: str = ""
+    summary: str = ""
+    traceback: str = ""
+    world_kept: bool = True
+    detail: str = ""
+
+    @property
+    def skipped(self) -> bool:
+        """The test called ``pytest.skip`` on this rank."""
+        return self.error_type == "Skipped"
+
+
+def make_task(task_id: int, fn: Callable[..., Any], kwargs: Mapping[str, Any] | None) -> Task:
+    """A `Task` that calls ``fn(**kwargs)``; TypeError when the ranks could not find ``fn``
+    (not a top-level function of a module file) or receive an argument (it does not pickle)."""
+    name = getattr(fn, "__qualname__", None)
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    path = None if module is None else getattr(module, "__file__", None)
+    if module is None or path is None or not isinstance(name, str) or "." in name:
+        raise TypeError(
+            f"A warm world runs top-level functions of a module file, got {fn!r}: define it "
+            "at the top level of a module (not in a class, another function or __main__ "
+            "typed on stdin) so that every rank can import it."
+        )
+    payload: dict[str, bytes] = {}
+    for key, value in (kwargs or {}).items():
+        try:
+            payload[key] = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as err:
+            raise TypeError(  # one message: the pickle error's own traceback is noise here
+                f"{name}'s argument {key!r} = {value!r:.80} cannot be sent to the ranks: it "
+                f"does not pickle ({type(err).__name__}: {err}). Only values that pickle "
+                "(tmp_path, numbers, strings, parameters) can be passed: make the rest inside "
+                "the test."
+            ) from None
+    return Task(task_id, module.__name__, str(path), name, payload, tuple(sys.path))
+
+
+def serve(
+    rank: int,
+    conn: Connection,
+    backend: str | None,
+    world_size: int,
+    env: Mapping[str, str],
+    log_path: str,
+    debug: bool,
+) -> None:
+    """Entry point of a rank: join the world of ``backend`` (None: serial, no process group)
+    with ``env``, answer tasks until ``None`` comes, then leave."""
+    answer_report_signal(rank, report_dir(Path(log_path).parent.name))
+    _isolate(log_path)
+    os.environ.update(env)
     try:
-        model = _join(setup)
+        model = None
+        if backend is not None:  # the world's model, made the active one
+            model = registry.for_backend(backend).from_backend(backend, debug=debug)
+            report_on_signal(model)
+            _state.install(model)
     except BaseException:
         conn.send(("failed", traceback.format_exc()))
         _flush_and_exit(1)
@@ -56,7 +140,7 @@ def serve(rank: int, conn: Connection, setup: Setup) -> None:
             _flush_and_exit(1)
         if task is None:
             break
-        outcome = _run(task, rank, setup.world_size, model)
+        outcome = _run(task, rank, world_size, model)
         _flush()
         conn.send(outcome)
     if model is not None and model.is_current():
@@ -75,16 +159,6 @@ def _isolate(log_path: str) -> None:
         with contextlib.suppress(AttributeError, ValueError):
             stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
-
-
-def _join(setup: Setup) -> ComputationModel | None:
-    """The world's model, made the active one; None for a serial world."""
-    if setup.backend is None:
-        return None
-    model = registry.for_backend(setup.backend).from_backend(setup.backend, debug=setup.debug)
-    report_on_signal(model)
-    _state.install(model)
-    return model
 
 
 def _run(task: Task, rank: int, world_size: int, model: ComputationModel | None) -> Outcome:

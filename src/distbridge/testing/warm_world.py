@@ -43,9 +43,8 @@ from distbridge.launch.supervisor import (
 )
 from distbridge.reliability.fail_together import record_failure
 from distbridge.reliability.hang.signals import report_dir
-from distbridge.testing._protocol import Outcome, Setup, make_task
 from distbridge.testing._report import RanksFailedError, WorldRun
-from distbridge.testing._worker import serve
+from distbridge.testing._worker import Outcome, make_task, serve
 
 __all__ = ["RanksFailedError", "WarmWorld", "WorldPool", "WorldRun"]
 
@@ -200,10 +199,10 @@ class WarmWorld:
         for rank in range(self.nproc):
             log = Path(folder, f"rank{rank}.log")
             rank_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}
-            setup = Setup(self.backend, self.nproc, rank_env, str(log), self.debug)
             parent_end, child_end = context.Pipe()
+            how = (self.backend, self.nproc, rank_env, str(log), self.debug)
             process = context.Process(
-                target=serve, args=(rank, child_end, setup), name=f"distbridge-world-rank{rank}"
+                target=serve, args=(rank, child_end, *how), name=f"distbridge-world-rank{rank}"
             )
             members.append(Member(process, parent_end, log))
             process.start()
