@@ -175,7 +175,8 @@ class Recording(Layer):
         self._keep = keep_calls
         self._on_call = on_call
         self._calls: list[CallRecord] = []
-        self._totals: dict[tuple[str, int], list[float]] = {}  # (op, n) -> [calls, bytes, s]
+        # op -> [calls, bytes, seconds, nccl-tests' S, S x bus factor (None: no factor)]
+        self._totals: dict[str, list[Any]] = {}
 
     @property
     def calls(self) -> list[CallRecord]:
@@ -184,16 +185,9 @@ class Recording(Layer):
 
     def summary(self) -> Summary:
         """Per collective: calls, bytes, seconds, algorithm and bus bandwidth."""
-        sums: dict[str, list[Any]] = {}  # op -> [calls, bytes, seconds, S, S x factor or None]
-        for (op, n), (calls, nbytes, seconds) in self._totals.items():
-            row = sums.setdefault(op, [0, 0, 0.0, 0.0, 0.0])
-            size = nbytes * n if op == "all_gather" else nbytes  # nccl-tests' S
-            factor = bus_factor(op, n)
-            row[:4] = row[0] + int(calls), row[1] + int(nbytes), row[2] + seconds, row[3] + size
-            row[4] = None if factor is None or row[4] is None else row[4] + size * factor
         rows = [
             OpSummary(op, calls, nbytes, t, _rate(size, t), None if bus is None else _rate(bus, t))
-            for op, (calls, nbytes, t, size, bus) in sums.items()
+            for op, (calls, nbytes, t, size, bus) in self._totals.items()
         ]
         return Summary(tuple(sorted(rows, key=lambda r: -r.seconds)))
 
@@ -219,10 +213,11 @@ class Recording(Layer):
         return result
 
     def _add(self, op: str, size: int, nbytes: int, dtype: str, seconds: float, site: str) -> None:
-        totals = self._totals.setdefault((op, size), [0, 0, 0.0])
-        totals[0] += 1
-        totals[1] += nbytes
-        totals[2] += seconds
+        moved = nbytes * size if op == "all_gather" else nbytes  # nccl-tests' S
+        factor = bus_factor(op, size)
+        totals = self._totals.setdefault(op, [0, 0, 0.0, 0.0, 0.0])
+        totals[:4] = totals[0] + 1, totals[1] + nbytes, totals[2] + seconds, totals[3] + moved
+        totals[4] = None if factor is None or totals[4] is None else totals[4] + moved * factor
         if self._keep or self._on_call is not None:
             entry = CallRecord(op, size, nbytes, dtype, seconds, site, self.rank)
             if self._keep:
@@ -269,7 +264,7 @@ class Recording(Layer):
             return 0
 
     def __repr__(self) -> str:
-        return f"Recording(rank={self.rank}, calls={sum(int(t[0]) for t in self._totals.values())})"
+        return f"Recording(rank={self.rank}, calls={sum(t[0] for t in self._totals.values())})"
 
 
 @contextmanager
