@@ -137,7 +137,9 @@ def spawn_native(
         timeout,
         init_method,
     )
-    on_death = None if store is None else functools.partial(_tell_peers, store, world_size)
+    on_death = (
+        None if store is None else functools.partial(record_failure, store, world_size=world_size)
+    )
     explain = None if store is None else functools.partial(job_verdict, store, world_size)
     try:
         return run_workers(
@@ -153,11 +155,6 @@ def spawn_native(
         )
     finally:
         del store, on_death, explain  # the store lives exactly as long as the job
-
-
-def _tell_peers(store: Any, world_size: int, rank: int, how: str) -> None:
-    """Leave the failure note of a worker that died without a word (``how`` it ended)."""
-    record_failure(store, rank, f"its process {how}", world_size)
 
 
 def job_verdict(store: Any, world_size: int, wait: float) -> str | None:

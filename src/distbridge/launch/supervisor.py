@@ -129,10 +129,11 @@ def run_workers(
     warm starter, see `warm_start`; "spawn": a fresh interpreter). Child ``i`` has the global
     rank ``rank_offset + i`` (for messages). ``job_timeout``: seconds for the whole job (None:
     no limit). ``grace_seconds``: how long a stopped worker gets between SIGTERM and SIGKILL,
-    and a worker that reported gets to exit. ``on_death(rank, summary)``: called for a worker
-    that died without a report. ``output``: the streams relayed through the parent (see
-    `_output`; None: raw). ``explain(wait)``: the hang verdict from the workers' ledgers, or
-    None, added to the error of a failure or of the job timeout; it must not raise.
+    and a worker that reported gets to exit. ``on_death(rank, note)``: called for a worker
+    that died without a report ("its process was killed by signal SIGKILL"). ``output``: the
+    streams relayed through the parent (see `_output`; None: raw). ``explain(wait)``: the
+    hang verdict from the workers' ledgers, or None, added to the error of a failure or of
+    the job timeout; it must not raise.
 
     Raises `WorkerFailedError` naming the first worker that failed by itself (with what the
     others reported), `SpawnTimeoutError` past ``job_timeout`` (the stacks are in stderr),
@@ -270,7 +271,7 @@ def _supervise(
             if worker.report is None:
                 failed.append(worker)
                 if on_death is not None:
-                    on_death(worker.rank, death(worker.process.exitcode))
+                    on_death(worker.rank, f"its process {death(worker.process.exitcode)}")
             elif worker.report[0] != "ok":
                 failed.append(worker)
         if failed and window_end is None:
