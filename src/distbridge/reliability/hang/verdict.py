@@ -157,15 +157,18 @@ class _Ledgers:
         return None
 
 
-#: a split collective: group, number, sides (key -> ranks, the expected one first), a record of each
-_Split = tuple[Members | None, int, dict[str, list[int]], dict[str, Record]]
+#: what `_split` finds
+_Split = tuple[Members | None, int, dict[str, list[int]], dict[str, Record], str, Members]
 
 
-def _split(ledgers: _Ledgers, key: Callable[[Record], str | None]) -> _Split | None:
+def _split(
+    ledgers: _Ledgers, key: Callable[[Record], str | None], said: Callable[[str, str], str]
+) -> _Split | None:
     """The first collective (group, seq) whose records fall on two sides or more of ``key``
     (a record whose key is None takes no side): its group and number, the sides (key ->
-    ranks), the expected side (most ranks'; a tie: the lowest rank's) first, and a record of
-    each."""
+    ranks), the expected side (most ranks'; a tie: the lowest rank's) first, a record of
+    each, the odd sides as said (``rank 1 of 3 called broadcast (a.py:3)``: their ranks, the
+    first with the world's size, then ``said(side, its site)``) and the ranks on them."""
     for group in ledgers.groups():
         per_rank = ledgers.by_group[group]
         for seq in sorted({seq for records in per_rank.values() for seq in records}):
@@ -177,7 +180,14 @@ def _split(ledgers: _Ledgers, key: Callable[[Record], str | None]) -> _Split | N
                 expected = min(sides, key=lambda side: (-len(sides[side]), min(sides[side])))
                 sides = {expected: sides.pop(expected), **sides}
                 first = {side: per_rank[ranks[0]][seq] for side, ranks in sides.items()}
-                return group, seq, sides, first
+                odd = list(sides)[1:]
+                size = ledgers.world_size
+                text = " and ".join(
+                    f"{_who(sides[s], size * (s == odd[0]))} {said(s, _line(first[s].site))}"
+                    for s in odd
+                )
+                diverged = tuple(sorted(r for s in odd for r in sides[s]))
+                return group, seq, sides, first, text, diverged
     return None
 
 
@@ -187,22 +197,16 @@ def _who(ranks: list[int], world_size: int = 0) -> str:
 
 
 def _divergence(ledgers: _Ledgers) -> Verdict | None:
-    found = _split(ledgers, lambda record: record.op)
+    found = _split(ledgers, lambda record: record.op, lambda op, site: f"called {op} ({site})")
     if found is None:
         return None
-    group, seq, sides, first = found
-    expected, *odd = sides
-    size = ledgers.world_size
-    parts = [
-        f"{_who(sides[op], size * (op == odd[0]))} called {op} ({_line(first[op].site)})"
-        for op in odd
-    ]
+    group, seq, sides, first, odd, diverged = found
+    expected = next(iter(sides))
     text = (
-        f"{' and '.join(parts)} where {ranks_text(sides[expected])} called {expected} "
+        f"{odd} where {ranks_text(sides[expected])} called {expected} "
         f"({_line(first[expected].site)}) at #{seq} of {group_text(group)}: the ranks "
         "diverged; every rank must call the same collectives in the same order."
     )
-    diverged = tuple(sorted(r for op in odd for r in sides[op]))
     return Verdict(text, "diverged", group, seq, expected, diverged=diverged)
 
 
@@ -212,22 +216,19 @@ def _tensor_of(record: Record) -> str | None:
 
 
 def _mismatch(ledgers: _Ledgers) -> Verdict | None:
-    found = _split(ledgers, _tensor_of)
+    found = _split(ledgers, _tensor_of, lambda what, _: f"passed {what}")
     if found is None:
         return None
-    group, seq, sides, first = found
-    expected, *odd = sides
+    group, seq, sides, first, odd, diverged = found
+    expected, first_odd = list(sides)[:2]
     op = first[expected].op
-    site_of = {what: _line(record.site) for what, record in first.items()}
     dtype = {what.split("[", 1)[0] for what in sides}
-    size = ledgers.world_size
-    parts = [f"{_who(sides[what], size * (what == odd[0]))} passed {what}" for what in odd]
     lines = [
-        f"{' and '.join(parts)} to {op} #{seq} of {group_text(group)} ({site_of[odd[0]]}) "
-        f"where {ranks_text(sides[expected])} passed {expected} ({site_of[expected]}): the "
-        f"same collective with another {'dtype' if len(dtype) > 1 else 'shape'}; every rank "
-        f"must pass one dtype and shape to {op} (gloo aborts a rank that receives another "
-        "size)."
+        f"{odd} to {op} #{seq} of {group_text(group)} ({_line(first[first_odd].site)}) where "
+        f"{ranks_text(sides[expected])} passed {expected} ({_line(first[expected].site)}): "
+        f"the same collective with another {'dtype' if len(dtype) > 1 else 'shape'}; every "
+        f"rank must pass one dtype and shape to {op} (gloo aborts a rank that receives "
+        "another size)."
     ]
     every = tuple(sorted(r for ranks in sides.values() for r in ranks))
     for rank in every:
@@ -236,7 +237,6 @@ def _mismatch(ledgers: _Ledgers) -> Verdict | None:
             note = report.note or "its process ended"
             lines.append(f"rank {rank} died in it ({note}): counted with what its earlier "
                          "calls there passed.")  # fmt: skip
-    diverged = tuple(sorted(r for what in odd for r in sides[what]))
     return Verdict("\n".join(lines), "mismatched", group, seq, op, every, diverged=diverged)
 
 
