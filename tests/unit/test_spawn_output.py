@@ -39,13 +39,13 @@ def test_a_line_longer_than_the_limit_comes_in_pieces() -> None:
 def test_the_default_relays_the_streams_that_are_not_terminals(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_output, "_is_terminal", lambda fd: fd == 2)
+    monkeypatch.setattr(_output.os, "isatty", lambda fd: fd == 2)
     assert plan_output(None, None, 2, 2) == OutputPlan(streams=(1,))
     assert plan_output(None, None, 1, 4) is None  # one worker here: nothing to mix with
     assert plan_output(False, None, 2, 2) is None
     assert plan_output(True, None, 2, 2) == OutputPlan(tag=True, streams=(1, 2))
     assert plan_output(None, [1], 2, 2) == OutputPlan(ranks=frozenset({1}), streams=(1, 2))
-    monkeypatch.setattr(_output, "_is_terminal", lambda fd: True)
+    monkeypatch.setattr(_output.os, "isatty", lambda fd: True)
     assert plan_output(None, None, 4, 4) is None
 
 

@@ -56,7 +56,7 @@ def plan_output(
         return OutputPlan(bool(tag_output), ranks, _STREAMS)
     if tag_output is False or nproc == 1:
         return None
-    streams = tuple(fd for fd in _STREAMS if not _is_terminal(fd))
+    streams = tuple(fd for fd in _STREAMS if not os.isatty(fd))  # a closed one: False
     return OutputPlan(streams=streams) if streams else None
 
 
@@ -74,13 +74,6 @@ def _ranks(value: object, world_size: int) -> frozenset[int]:
             f"{world_size - 1}; name ranks of the job."
         )
     return frozenset(items)
-
-
-def _is_terminal(fd: int) -> bool:
-    try:
-        return os.isatty(fd)
-    except OSError:
-        return False
 
 
 def split_lines(pending: bytes, data: bytes) -> tuple[list[bytes], bytes]:
