@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from distbridge.models.native import flight_recorder
 from distbridge.models.serial import SerialModel
 from distbridge.reliability.hang import report as hang_report
-from distbridge.reliability.hang.engine_trace import engine_records
 from distbridge.reliability.hang.ledger import CollectiveLedger, Record
 from distbridge.reliability.hang.verdict import RankReport, verdict
 
@@ -180,9 +179,7 @@ def test_the_reduction_keeps_each_group_s_last_entries(
     key = lambda r: (r["group"] is not None, r["seq"])  # noqa: E731
     assert sorted(got, key=key) == sorted(expected, key=key)
     # and the records read back from the report's JSON are the same
-    assert engine_records(json.loads(json.dumps({"entries": got}))) == tuple(
-        Record.from_dict(r) for r in got
-    )
+    assert Record.rows(json.loads(json.dumps(got))) == tuple(Record.from_dict(r) for r in got)
 
 
 def test_a_group_made_again_under_its_name_replaces_its_old_entries() -> None:
@@ -235,10 +232,10 @@ def test_a_torch_without_the_dump_is_a_note() -> None:
 
 def test_garbage_from_another_rank_is_left_out() -> None:
     good = {"seq": 3, "op": "gloo:all_reduce", "group": None, "what": "", "state": "ended"}
-    assert engine_records({"entries": [good, {"seq": "x"}, None, 5, {"op": "a"}]}) == (
+    assert Record.rows([good, {"seq": "x"}, None, 5, {"op": "a"}]) == (
         Record(3, "gloo:all_reduce", None, "", state="ended"),
     )
-    assert engine_records(None) == engine_records({"entries": "no"}) == ()
+    assert Record.rows(None) == Record.rows("no") == ()
 
 
 def test_the_report_carries_the_engine_record_or_a_note() -> None:

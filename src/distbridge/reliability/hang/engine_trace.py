@@ -1,12 +1,12 @@
 """The engine's own record of collectives (torch's flight recorder) in the hang verdict.
 
 A model whose engine keeps one gives its tail as plain data (``ModelContract.engine_trace``),
-each rank's report carries it (`engine_part`, which never fails for it), and `engine_lines`
+each rank's report carries it (`distbridge.reliability.hang.report`), and `engine_lines`
 adds what it says beyond the ledger: for a rank behind, its last engine collective of the
 group (a call made on torch.distributed directly is only there); for the ranks waiting,
 their engine's collective in flight, or that none is (the engine's timeout ended it, or
 what they wait in is not the engine's, e.g. a timed barrier). Pure, like
-`distbridge.reliability.hang.verdict`, but for `engine_part`.
+`distbridge.reliability.hang.verdict`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ __all__ = [
     "ENDED",
     "EngineTrace",
     "engine_lines",
-    "engine_part",
-    "engine_records",
     "group_text",
     "ranks_text",
 ]
@@ -33,33 +31,6 @@ ENDED = "ended"
 #: a model's ``_engine_trace``: its engine's record, the last ``n`` entries per group, as
 #: ``{"source": ..., "entries": [...]}`` or ``{"source": ..., "note": why none}``; None: none
 EngineTrace = Callable[[int], Mapping[str, Any] | None]
-
-
-def engine_part(engine: EngineTrace | None, limit: int) -> dict[str, Any] | None:
-    """The engine's record for a report (``engine(limit)``), or None without one; a failure
-    to read it becomes a note: the report never fails for it."""
-    if engine is None:
-        return None
-    try:
-        trace = engine(limit)
-    except Exception as err:  # a private API of the engine: absent, not fatal
-        return {"note": f"the engine's record could not be read: {type(err).__name__}: {err}"}
-    return None if trace is None else dict(trace)
-
-
-def engine_records(trace: object) -> tuple[Record, ...]:
-    """The records of a report's ``engine`` part (``{"entries": [...]}``); entries that are
-    not plain records are left out (the data comes from another process)."""
-    entries = trace.get("entries") if isinstance(trace, Mapping) else None
-    if not isinstance(entries, list):
-        return ()
-    records = []
-    for entry in entries:
-        try:
-            records.append(Record.from_dict(entry))
-        except (AttributeError, KeyError, TypeError, ValueError):
-            continue
-    return tuple(records)
 
 
 def group_text(group: Members | None) -> str:

@@ -146,6 +146,16 @@ class Record:
             state=str(data.get("state", "done")),
         )
 
+    @classmethod
+    def rows(cls, rows: object) -> tuple[Record, ...]:
+        """The records of ``rows``, a list of `from_dict`'s plain data that another process
+        wrote: none when it is not a list, and a row that is not a record is left out."""
+        records = []
+        for row in rows if isinstance(rows, list) else ():
+            with contextlib.suppress(AttributeError, KeyError, TypeError, ValueError):
+                records.append(cls.from_dict(row))
+        return tuple(records)
+
 
 class CollectiveLedger:
     """The ledger of one model: a `GroupLog` per group, the world's at hand, each keeping

@@ -39,7 +39,7 @@ import torch
 
 from distbridge._frames import inside, outside, site
 from distbridge.reliability.fail_together import job_root, read_failure
-from distbridge.reliability.hang.engine_trace import EngineTrace, engine_part, engine_records
+from distbridge.reliability.hang.engine_trace import EngineTrace
 from distbridge.reliability.hang.job_cards import read_json, write_card, write_json
 from distbridge.reliability.hang.ledger import CollectiveLedger, Record
 from distbridge.reliability.hang.stacks import (
@@ -110,6 +110,18 @@ def where_now() -> tuple[str | None, str]:
     return site(found), stack
 
 
+def _engine_part(engine: EngineTrace | None, limit: int) -> dict[str, Any] | None:
+    """The engine's record for a report (``engine(limit)``), or None without one; a failure
+    to read it becomes a note: the report never fails for it."""
+    if engine is None:
+        return None
+    try:
+        trace = engine(limit)
+    except Exception as err:  # a private API of the engine: absent, not fatal
+        return {"note": f"the engine's record could not be read: {type(err).__name__}: {err}"}
+    return None if trace is None else dict(trace)
+
+
 def report(
     rank: int,
     ledger: CollectiveLedger,
@@ -126,7 +138,7 @@ def report(
         "stack": stack,
         "time": time.time(),
     }
-    trace = engine_data if engine_data is not None else engine_part(engine, SHOWN)
+    trace = engine_data if engine_data is not None else _engine_part(engine, SHOWN)
     if trace is not None:
         data["engine"] = dict(trace)
     return data
@@ -137,9 +149,10 @@ def as_report(
 ) -> RankReport:
     """A report as `report` made it (JSON), read back for the verdict; for a rank that did
     not answer, where its fault dump says it died."""
-    records = tuple(Record.from_dict(r) for r in data.get("records", ()))
+    records = Record.rows(data.get("records"))
     where = data.get("where") if answered else None
-    engine = engine_records(data.get("engine"))
+    trace = data.get("engine")
+    engine = Record.rows(trace.get("entries") if isinstance(trace, Mapping) else None)
     fault = data.get("fault")
     died = died_in(fault) if isinstance(fault, str) and not answered else None
     return RankReport(int(data["rank"]), records, where, answered, note, asked, engine, died)
@@ -216,7 +229,7 @@ class Reporter(StoreThread):
         version, again after `ENGINE_REFRESH_SECONDS`."""
         read = self._engine_read
         if read is None or read[0] != version or now - read[1] >= ENGINE_REFRESH_SECONDS:
-            read = self._engine_read = (version, now, engine_part(self._engine, SHOWN))
+            read = self._engine_read = (version, now, _engine_part(self._engine, SHOWN))
         return read[2]
 
 
