@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from distbridge.reliability.hang.job_cards import card_dir
+from distbridge.reliability.hang.job_cards import user_dir
 from tests.distributed import hang_targets as targets
 from tests.distributed.hang_checks import (
     STUCK_IN_PYTHON,
@@ -69,7 +69,7 @@ def test_why_asks_a_running_job_by_the_pid_of_its_parent_or_a_rank(tmp_path: Pat
         asked = {"spawn's parent": _why(job.pid), "rank 1": _why(pids[1])}  # both at once
         done = {who: (why.communicate(timeout=90), why.returncode) for who, why in asked.items()}
         assert job.poll() is None, "the job ended before it was asked"
-        cards = {int(p.stem) for p in Path(card_dir()).glob("*.json")}
+        cards = {int(p.stem) for p in Path(user_dir("cards")).glob("*.json")}
         assert set(pids) <= cards, (pids, cards)
     finally:
         os.killpg(job.pid, signal.SIGKILL)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from torch.distributed import FileStore, TCPStore
 
 from distbridge.reliability.hang import job_cards
-from distbridge.reliability.hang.job_cards import JobCard, card_dir, find_card, write_card
+from distbridge.reliability.hang.job_cards import JobCard, find_card, user_dir, write_card
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +32,7 @@ def store() -> TCPStore:
 def test_a_card_is_found_by_its_pid(store: TCPStore) -> None:
     path = write_card(store, 3, 4)
 
-    assert path == os.path.join(card_dir(), f"{os.getpid()}.json")
+    assert path == os.path.join(user_dir("cards"), f"{os.getpid()}.json")
     assert find_card(os.getpid()) == JobCard(os.getpid(), 3, 4, f"127.0.0.1:{store.port}")
 
 
@@ -53,7 +53,9 @@ def test_a_card_is_found_from_an_ancestor(store: TCPStore, tmp_path: Path) -> No
     )
     try:
         assert child.stdout is not None
-        assert child.stdout.readline().strip() == os.path.join(card_dir(), f"{child.pid}.json")
+        assert child.stdout.readline().strip() == os.path.join(
+            user_dir("cards"), f"{child.pid}.json"
+        )
         assert find_card(os.getpid()) == JobCard(child.pid, 1, 2, f"127.0.0.1:{store.port}")
     finally:
         child.kill()
@@ -63,8 +65,8 @@ def test_a_card_is_found_from_an_ancestor(store: TCPStore, tmp_path: Path) -> No
 def test_cards_of_processes_gone_are_cleared(store: TCPStore) -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    os.makedirs(card_dir())
-    stale = Path(card_dir(), f"{gone.pid}.json")
+    os.makedirs(user_dir("cards"))
+    stale = Path(user_dir("cards"), f"{gone.pid}.json")
     stale.write_text('{"rank": 0, "world_size": 2, "store": "127.0.0.1:1"}')
 
     write_card(store, 0, 2)

@@ -24,12 +24,12 @@ from typing import Any
 __all__ = [
     "JobCard",
     "alive",
-    "card_dir",
     "descends_from",
     "find_card",
     "prune_cards",
     "read_json",
     "remove_cards",
+    "user_dir",
     "write_card",
     "write_json",
 ]
@@ -47,9 +47,10 @@ class JobCard:
     store: str
 
 
-def card_dir() -> str:
-    """The folder of this user's cards, named by the uid (`write_card` makes it)."""
-    return os.path.join(tempfile.gettempdir(), f"distbridge-{os.getuid()}", "cards")
+def user_dir(*parts: str) -> str:
+    """``<tmp>/distbridge-<uid>/<parts>``: this user's folder of distbridge's files (its
+    cards in ``cards``, which `write_card` makes)."""
+    return os.path.join(tempfile.gettempdir(), f"distbridge-{os.getuid()}", *parts)
 
 
 def alive(pid: int) -> bool:
@@ -100,13 +101,13 @@ def write_json(path: str, data: Mapping[str, Any]) -> None:
 
 def _card(pid: int) -> str:
     """The path of the card of process ``pid``."""
-    return os.path.join(card_dir(), f"{pid}.json")
+    return os.path.join(user_dir("cards"), f"{pid}.json")
 
 
 def _pids() -> list[int]:
     """The pids that have a card."""
     with contextlib.suppress(OSError):
-        stems = [name.removesuffix(".json") for name in os.listdir(card_dir())]
+        stems = [name.removesuffix(".json") for name in os.listdir(user_dir("cards"))]
         return [int(stem) for stem in stems if stem.isdigit()]
     return []
 
@@ -156,7 +157,7 @@ def write_card(store: Any, rank: int, world_size: int) -> str | None:
     if address is None:
         return None
     try:
-        os.makedirs(card_dir(), mode=0o700, exist_ok=True)
+        os.makedirs(user_dir("cards"), mode=0o700, exist_ok=True)
         prune_cards()
         path = _card(os.getpid())
         card = {"rank": rank, "world_size": world_size, "store": address}
@@ -206,7 +207,7 @@ def find_card(pid: int) -> JobCard:
     if not below:
         raise FileNotFoundError(
             f"Process {pid} has no distbridge job card, nor any process below it (looked in "
-            f"{card_dir()}): is it a rank of a job started by distbridge (initialize or spawn) "
-            "with more than one rank? Otherwise ask with --store MASTER_ADDR:MASTER_PORT."
+            f"{user_dir('cards')}): is it a rank of a job started by distbridge (initialize or "
+            "spawn) with more than one rank? Otherwise ask with --store MASTER_ADDR:MASTER_PORT."
         )
     return min(below, key=lambda card: card.rank)

@@ -36,7 +36,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Final
 
 from distbridge.reliability.hang.engine_trace import EngineTrace
-from distbridge.reliability.hang.job_cards import card_dir
+from distbridge.reliability.hang.job_cards import user_dir
 from distbridge.reliability.hang.ledger import CollectiveLedger
 from distbridge.reliability.hang.report import DIR_ENV_VAR, report, write_report
 
@@ -208,8 +208,7 @@ def _answerable(signum: signal.Signals) -> bool:
 def report_dir(owner: int | str) -> str:
     """Where the ranks started by process ``owner`` write their reports on SIGUSR2:
     ``DISTBRIDGE_HANG_DIR``, else ``<tmp>/distbridge-<uid>/reports/<owner>``."""
-    default = os.path.join(os.path.dirname(card_dir()), "reports", str(owner))
-    return os.environ.get(DIR_ENV_VAR) or default
+    return os.environ.get(DIR_ENV_VAR) or user_dir("reports", str(owner))
 
 
 def answer_report_signal(rank: int, directory: str) -> None:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from distbridge._frames import inside, short_path
-from distbridge.reliability.hang.job_cards import alive, card_dir
+from distbridge.reliability.hang.job_cards import alive, user_dir
 
 __all__ = [
     "StackWatcher",
@@ -93,7 +93,7 @@ def enable_fault_dump() -> str | None:
     a minute are removed."""
     if faulthandler.is_enabled():
         return None
-    directory = os.path.join(os.path.dirname(card_dir()), "faults")
+    directory = user_dir("faults")
     for stale in glob.glob(os.path.join(directory, "*")):
         with contextlib.suppress(OSError, ValueError):  # read a minute ago, or no more
             old = time.time() - os.path.getmtime(stale) > 60
