@@ -10,6 +10,7 @@ import re
 import threading
 import time
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -68,8 +69,26 @@ def test_barrier_timeout_is_a_timeout_error_and_pickles() -> None:
     assert (str(back), back.missing_ranks, back.name, back.timeout) == ("late", (2, 3), "x", 1.5)
 
 
+class _Model:
+    """What a `StoreBarrier` takes from its model: ``rank``, a stack watcher that keeps the
+    ``reasons`` it is asked for stacks, no hang verdict, and the failure ``note`` it knows."""
+
+    def __init__(self, rank: int, note: tuple[int, str] | None = None) -> None:
+        self.rank, self.note, self.reasons = rank, note, []
+        self.stack_watcher = SimpleNamespace(request=self.reasons.append)
+
+    def get_rank(self) -> int:
+        return self.rank
+
+    def hang_verdict(self, notes: Any, wait: float) -> None:
+        return None
+
+    def known_failure(self) -> tuple[int, str] | None:
+        return self.note
+
+
 def _ranks(store: Any, n: int) -> list[StoreBarrier]:
-    return [StoreBarrier(store, r, lambda reason: None) for r in range(n)]
+    return [StoreBarrier(store, _Model(r)) for r in range(n)]  # type: ignore[arg-type]
 
 
 def _run(targets: dict[int, Any]) -> dict[int, BaseException | None]:
@@ -107,9 +126,9 @@ def test_store_barrier_times_out_naming_the_missing_rank(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_barrier, "FIRST_WARNING", 0.2)
-    reasons: list[str] = []
     store = HashStore()
-    waiting = [StoreBarrier(store, r, reasons.append) for r in (0, 1)]
+    models = [_Model(0), _Model(1)]
+    waiting = [StoreBarrier(store, m) for m in models]  # type: ignore[arg-type]
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="distbridge"):
         outcome = _run(
@@ -121,6 +140,7 @@ def test_store_barrier_times_out_naming_the_missing_rank(
         assert err.missing_ranks == (2,) and err.name == "late" and err.timeout == 1.0
         assert "ranks [2] of the group [0, 1, 2] did not arrive" in str(err)
     assert "in barrier 'late': ranks [2] of [0, 1, 2] have not arrived (timeout 1 s)" in caplog.text
+    reasons = [reason for m in models for reason in m.reasons]
     assert len(reasons) == 2 and "missing ranks [2]" in reasons[0]
 
 
@@ -223,11 +243,11 @@ class _DiesWhileWaiting:
 def test_store_barrier_names_the_failed_host_its_watcher_heard_of() -> None:
     # The store's host failed, left its note (read by this rank's failure watcher) and ended:
     # the barrier said only that the store stopped answering, not the failed rank's error
-    barrier = StoreBarrier(_DiesWhileWaiting(), 1, lambda reason: None)
+    barrier = StoreBarrier(_DiesWhileWaiting(), _Model(1))  # type: ignore[arg-type]
     with pytest.raises(DistributedError, match="The coordination store stopped answering"):
         barrier.wait((0, 1), 10, "after")
     note = (0, "ValueError: bad batch")
-    barrier = StoreBarrier(_DiesWhileWaiting(), 1, lambda reason: None, None, lambda: note)
+    barrier = StoreBarrier(_DiesWhileWaiting(), _Model(1, note))  # type: ignore[arg-type]
     with pytest.raises(PeerFailed) as raised:
         barrier.wait((0, 1), 10, "after")
     assert raised.value.rank == 0 and raised.value.summary == "ValueError: bad batch"

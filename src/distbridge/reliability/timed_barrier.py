@@ -19,12 +19,10 @@ through them.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import logging
 import math
 import time
-from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -189,10 +187,7 @@ def make_timed_barriers(model: ModelContract) -> tuple[StoreBarrier, StackWatche
     if store is None:
         return None
     watcher = StackWatcher(store, model.get_rank(), while_current(model.is_current))
-    on_timeout = functools.partial(dump_all_stacks, model)
-    explain = functools.partial(model.hang_verdict, {}, ANSWER_WAIT_SECONDS)
-    barrier = StoreBarrier(store, model.get_rank(), on_timeout, explain, model.known_failure)
-    return barrier, watcher
+    return StoreBarrier(store, model), watcher
 
 
 def dump_all_stacks(model: ModelContract, reason: str) -> str:
@@ -213,26 +208,16 @@ def abort_barrier(model: ModelContract, group: Group | None, message: str) -> No
 
 
 class StoreBarrier:
-    """The timed barriers of one process (global ``rank``) over the coordination ``store``:
-    their sequence numbers, the waiting and the errors. ``on_timeout(reason)`` runs just
-    before `BarrierTimeout` is raised (it dumps the stacks of this rank and asks the others
-    for theirs); ``explain()``, if given, gives the hang verdict added to its message;
-    ``known_failure()``, the failure note this rank's watcher read, if any: named instead of a
-    store that stopped answering (its host failed and is gone)."""
+    """The timed barriers of ``model``'s process over the coordination ``store``: their
+    sequence numbers, the waiting and the errors. Before `BarrierTimeout` is raised it dumps
+    the stacks of this rank and asks the others for theirs (`dump_all_stacks`), and adds the
+    model's hang verdict to its message; a store that stopped answering is named as the
+    failure note the model's watcher read, if any (its host failed and is gone)."""
 
-    def __init__(
-        self,
-        store: Any,
-        rank: int,
-        on_timeout: Callable[[str], object],
-        explain: Callable[[], str | None] | None = None,
-        known_failure: Callable[[], tuple[int, str] | None] = lambda: None,
-    ) -> None:
+    def __init__(self, store: Any, model: ModelContract) -> None:
         self._store = store
-        self._rank = rank
-        self._on_timeout = on_timeout
-        self._explain = explain
-        self._known_failure = known_failure
+        self._model = model
+        self._rank = model.get_rank()
         self._calls: dict[tuple[int, ...], int] = {}
 
     def wait(self, members: tuple[int, ...], timeout: float, name: str | None) -> None:
@@ -265,7 +250,7 @@ class StoreBarrier:
         return _key(members, seq)
 
     def _unreachable(self, err: RuntimeError, name: str | None) -> DistributedError:
-        note = self._known_failure()
+        note = self._model.known_failure()
         if note is not None:  # the store's host failed: its error says why
             return stopped(note, self._rank, f"waiting in {_describe(name)}")
         return DistributedError(
@@ -318,11 +303,11 @@ class StoreBarrier:
         self, missing: list[int], members: tuple[int, ...], timeout: float, name: str | None
     ) -> None:
         what = _describe(name)
-        self._on_timeout(f"{what} timed out on rank {self._rank}; missing ranks {missing}")
+        reason = f"{what} timed out on rank {self._rank}; missing ranks {missing}"
+        dump_all_stacks(self._model, reason)
         why = None
-        if self._explain is not None:
-            with contextlib.suppress(Exception):  # a verdict must never hide the timeout
-                why = self._explain()
+        with contextlib.suppress(Exception):  # a verdict must never hide the timeout
+            why = self._model.hang_verdict({}, ANSWER_WAIT_SECONDS)
         raise BarrierTimeout(
             f"{what[0].upper()}{what[1:]} timed out after {timeout:g} s on rank {self._rank}: "
             f"ranks {missing} of the group {list(members)} did not arrive. Their Python stacks "
