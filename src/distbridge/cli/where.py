@@ -2,8 +2,8 @@
 
 Read from the classes themselves: for every primitive a backend may supply (the ``_do_*``
 hooks and the queries the algorithms ask), the file and line of the method that a model
-runs, or "default" where it keeps ``BackendPrimitives``' own (an emulation over the required
-primitives, named). docs/architecture.md holds this table; a test compares the two, and
+runs, or "default" where it keeps ``BackendPrimitives``' own (and the required primitive it
+is built over, named). docs/architecture.md holds this table; a test compares the two, and
 ``--update`` rewrites the page's copy.
 """
 
@@ -81,8 +81,6 @@ def _default(owner: type, name: str, model: type[BackendPrimitives]) -> str:
     source = inspect.getsource(vars(owner)[name])
     if "self._together" in source and model.fails_together:
         return "default (its `_together`, `models/_failing_together.py`)"
-    if "emulations." in source:
-        return "default (emulation, `algorithms/emulations.py`)"
     if "self._do_" in source and name.startswith("_do_"):
         callee = source.split("self._do_", 1)[1].split("(", 1)[0]
         return f"default (over `_do_{callee}`)"

@@ -4,7 +4,8 @@ A backend implements the abstract methods: how to find or create its context, wh
 process sits (``_layout``, ``_device``), and the tensor primitives (the ``_do_*`` hooks; the
 group queries too, unless its groups list their ranks in ``ranks``). The ops many backends
 lack (reduce, gather, scatter, reduce-scatter, all-to-all, in-place all-gather) have
-default emulations over the required ones.
+default emulations over the required ones, here: exact, but moving more data than the
+native op would (see bench/README.md).
 
 Here too is what the code below the models uses of a model (``ModelContract``) besides the
 hooks: the state every model keeps, the tensor round trips, failing together.
@@ -21,7 +22,7 @@ import torch
 from typing_extensions import Self
 
 from distbridge._types import SpawnResult
-from distbridge.algorithms import byte_view, emulations
+from distbridge.algorithms import byte_view
 from distbridge.algorithms.checks import FastPath, write_back
 from distbridge.algorithms.groups import GroupCache
 from distbridge.errors import BackendUnavailableError
@@ -318,27 +319,46 @@ class BackendPrimitives(ABC):
 
     def _do_gather(self, tensor: torch.Tensor, dst: int, group: Any) -> list[torch.Tensor] | None:
         """Every member's ``tensor`` (same shape everywhere) on ``dst``; None elsewhere.
-        Default: all-gather."""
-        return emulations.emulate_gather(self, tensor, group)
+        Default: all-gather (every rank receives everything: fine for small worlds)."""
+        stacked = self._do_all_gather(tensor.unsqueeze(0).contiguous(), group)
+        return list(stacked.unbind(0))
 
     def _do_scatter(
         self, chunks: list[torch.Tensor] | None, out: torch.Tensor, src: int, group: Any
     ) -> torch.Tensor:
         """Fill ``out`` with ``chunks[group rank]`` from ``src`` (same shapes); return it.
-        Default: one broadcast of every chunk."""
-        return emulations.emulate_scatter(self, chunks, out, src, group)
+        Default: one broadcast of every chunk; each rank keeps its own."""
+        size = self._group_size(group)
+        stacked = torch.stack(chunks) if chunks is not None else out.new_empty((size, *out.shape))
+        stacked = self._do_broadcast(stacked, src, group)
+        return stacked[self._group_rank(group)].clone()
 
     def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
         """Chunk ``group rank`` of the reduction of ``tensor`` split along dim 0; must not modify
-        ``tensor``. Default: all-reduce of a copy."""
-        return emulations.emulate_reduce_scatter(self, tensor, op, group)
+        ``tensor``. Default: all-reduce of a copy, then this rank's chunk."""
+        full = self._do_all_reduce(tensor.clone(), op, group)
+        return full.chunk(self._group_size(group))[self._group_rank(group)].clone()
 
     def _do_all_to_all(
         self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
     ) -> torch.Tensor:
         """Flat all-to-all: send ``data.split(in_splits)[j]`` to group rank j, return what every
-        rank sent here, concatenated (``out_splits`` long). Default: all-gathers."""
-        return emulations.emulate_all_to_all(self, data, in_splits, out_splits, group)
+        rank sent here, concatenated (``out_splits`` long). Default: all-gathers, of every
+        rank's split table, then of every padded buffer."""
+        size, me = self._group_size(group), self._group_rank(group)
+        header = torch.tensor(
+            [data.numel(), *in_splits], dtype=torch.int64, device=self._collective_device()
+        )
+        table = self._do_all_gather(header, group).view(size, size + 1).cpu()
+        longest = int(table[:, 0].max())
+        padded = data.new_zeros(longest)
+        padded[: data.numel()] = data
+        everything = self._do_all_gather(padded, group).view(size, longest)
+        pieces = []
+        for sender in range(size):
+            start = int(table[sender, 1 : 1 + me].sum())  # what the sender sends to ranks before me
+            pieces.append(everything[sender, start : start + out_splits[sender]])
+        return torch.cat(pieces) if pieces else data.new_empty(0)
 
     def _do_all_to_all_even(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
         """All-to-all of a contiguous ``tensor`` whose dim 0 splits into group-size equal
