@@ -15,7 +15,7 @@ import math
 
 import torch
 
-__all__ = ["as_byte_rows", "as_bytes", "from_byte_rows", "from_bytes"]
+__all__ = ["as_bytes", "from_bytes"]
 
 
 def as_bytes(tensor: torch.Tensor) -> torch.Tensor:
@@ -48,21 +48,3 @@ def from_bytes(data: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...]) -
     except RuntimeError:  # not on an element boundary (a slice of a received buffer)
         out = raw.clone().view(dtype)
     return out.view(shape)
-
-
-def as_byte_rows(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` (at least 1-d) as a 2-d uint8 tensor with one row of bytes per entry of
-    dim 0, so that gathers and splits that count rows still count ``tensor``'s rows."""
-    if tensor.dim() == 0:
-        raise ValueError(
-            f"Got a 0-d tensor of {tensor.dtype}; rows of bytes need a tensor with a dim 0: "
-            "pass tensor.reshape(1)."
-        )
-    row = math.prod(tensor.shape[1:]) * tensor.dtype.itemsize
-    return as_bytes(tensor).view(tensor.shape[0], row)
-
-
-def from_byte_rows(rows: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Rows of bytes made by ``as_byte_rows`` from tensors like ``like`` (any number of rows),
-    back as one tensor of ``like``'s dtype and trailing shape."""
-    return from_bytes(rows, like.dtype, (rows.shape[0], *like.shape[1:]))

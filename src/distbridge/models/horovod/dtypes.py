@@ -13,6 +13,7 @@ tensor to every member).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -43,14 +44,25 @@ HVD_OPS = {"SUM": "Sum", "AVG": "Average", "ADASUM": "Adasum", "MIN": "Min", "MA
 
 
 def as_sent(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` as Horovod can move it: itself, or its bytes as rows along dim 0."""
-    return tensor if tensor.dtype in MOVED else byte_view.as_byte_rows(tensor)
+    """``tensor`` as Horovod can move it: itself, or (at least 1-d) a 2-d uint8 view or copy
+    of its bytes with one row per entry of dim 0."""
+    if tensor.dtype in MOVED:
+        return tensor
+    if tensor.dim() == 0:
+        raise ValueError(
+            f"Got a 0-d tensor of {tensor.dtype}; rows of bytes need a tensor with a dim 0: "
+            "pass tensor.reshape(1)."
+        )
+    row = math.prod(tensor.shape[1:]) * tensor.dtype.itemsize
+    return byte_view.as_bytes(tensor).view(tensor.shape[0], row)
 
 
 def as_received(out: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """What Horovod returned for ``as_sent(like)``, back in ``like``'s dtype and row shape
     (the number of rows may differ)."""
-    return out if like.dtype in MOVED else byte_view.from_byte_rows(out, like)
+    if like.dtype in MOVED:
+        return out
+    return byte_view.from_bytes(out, like.dtype, (out.shape[0], *like.shape[1:]))
 
 
 def check_adasum(dtype: torch.dtype, whole_world: bool, world_size: int, mpi: bool) -> None:
