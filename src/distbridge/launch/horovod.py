@@ -29,17 +29,17 @@ from typing import Any
 
 import cloudpickle
 
-from distbridge.errors import PicklingError, SpawnTimeoutError, WorkerFailedError
+from distbridge.errors import PicklingError, WorkerFailedError
 from distbridge.launch._joinable import Activate, JoinedCall, MakeModel
 from distbridge.launch._signals import leave_pid, passing_on, pids_left
 from distbridge.launch._worker_reports import (
     STOPPED,
+    death,
     error_report,
     one_line,
     raised_error,
-    signal_name,
 )
-from distbridge.launch.supervisor import check_seconds, positive_int
+from distbridge.launch.supervisor import check_seconds, positive_int, timeout_error
 from distbridge.reliability.hang.signals import answer_report_signal, report_dir
 
 __all__ = ["spawn_horovod"]
@@ -190,33 +190,21 @@ def _failure(
         reports = {int(r["rank"]): one_line(*r["report"][2:]) for r in others}
         return raised_error(rank, rank % nproc, tuple(first["report"]), reports)
     if job_timeout is not None and elapsed >= job_timeout:
-        return SpawnTimeoutError(
-            f"The job ran past its job_timeout of {job_timeout} s and every worker was stopped "
-            "(their Python stacks are in stderr above). Raise job_timeout, or look at those "
-            "stacks for the place where they hang."
-        )
+        return timeout_error(job_timeout, "every worker was stopped")
     found = _FIRST.search(str(err))
     if found is None:  # horovod.run could not read a result: a worker exited 0 without one
         return WorkerFailedError(
-            f"A worker exited without returning a result (exit code 0, e.g. after os._exit(0)); "
-            f"horovod.run said: {err}. {STOPPED}",
+            f"A worker {death(0)}; horovod.run said: {err}. {STOPPED}",
             rank=-1,
             local_rank=-1,
             exitcode=0,
         )
     rank, code = int(found.group(1)) if found.group(1).isdigit() else -1, int(found.group(2))
+    # horovod.run starts each worker in a shell, which exits with 128 + N after signal N
+    signum = code - 128 if 128 < code < 128 + 65 else 0
     return WorkerFailedError(
-        f"Worker rank {rank} (local rank {rank % nproc}) {_ending(code)}. {STOPPED}",
+        f"Worker rank {rank} (local rank {rank % nproc}) {death(-signum or code)}. {STOPPED}",
         rank=rank,
         local_rank=rank % nproc,
         exitcode=code,
     )
-
-
-def _ending(code: int) -> str:
-    """How a worker ended, from horovod.run's exit code: a negative one, or one past 128
-    from the shell horovod.run starts each worker in, is a signal."""
-    number = -code if code < 0 else code - 128 if 128 < code < 128 + 65 else 0
-    if number:
-        return f"was killed by signal {signal_name(number)} (exit code {code})"
-    return f"exited with code {code}"

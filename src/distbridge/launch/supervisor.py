@@ -57,6 +57,7 @@ __all__ = [
     "positive_int",
     "run_workers",
     "signal_group",
+    "timeout_error",
 ]
 
 #: The multiprocessing start methods ``run_workers`` accepts.
@@ -315,11 +316,18 @@ def _raise_timeout(
         time.sleep(_STACK_DUMP_SECONDS / len(running))
     ranks = ", ".join(str(worker.rank) for worker in running)
     still = f"ranks {ranks} were" if len(running) > 1 else f"rank {ranks} was"
+    raise timeout_error(job_timeout, f"{still} still running and stopped", verdict)
+
+
+def timeout_error(
+    job_timeout: float | None, stopped: str, verdict: str | None = None
+) -> SpawnTimeoutError:
+    """The error of a job that ran past ``job_timeout``; ``stopped`` says which workers were."""
     why = "" if not verdict else f"\n\nWhy, from every rank's collective ledger:\n{verdict}"
-    raise SpawnTimeoutError(
-        f"The job ran past its job_timeout of {job_timeout} s; {still} still running and "
-        "stopped (their Python stacks are in stderr above). Raise job_timeout, or look at "
-        f"those stacks for the place where they hang.{why}"
+    return SpawnTimeoutError(
+        f"The job ran past its job_timeout of {job_timeout} s; {stopped} (their Python stacks "
+        "are in stderr above). Raise job_timeout, or look at those stacks for the place where "
+        f"they hang.{why}"
     )
 
 
