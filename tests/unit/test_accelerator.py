@@ -8,12 +8,11 @@ import torch
 import torch.distributed as dist
 
 import distbridge as idist
-from distbridge.environments import LaunchEnvironment
 from distbridge.models import _accelerator as acc
 from distbridge.models._layout import Layout
 from distbridge.models.native import backends as native_backends
 from distbridge.models.native import model as native_model
-from distbridge.models.native.init import bound_device, known_local_rank
+from distbridge.models.native.init import bound_device
 
 
 def _device_types() -> list[str]:
@@ -79,13 +78,6 @@ def test_the_device_bound_at_start_up(
     backend: str, local_rank: int | None, want: torch.device | None
 ) -> None:
     assert bound_device(backend, local_rank) == want
-
-
-def test_the_local_rank_known_before_the_rendezvous() -> None:
-    torchrun = LaunchEnvironment(launcher="torchelastic", rank=3, world_size=4, local_rank=1)
-    assert known_local_rank(torchrun, explicit=False) == 1
-    assert known_local_rank(None, explicit=False) == 0, "no launcher: a world of one"
-    assert known_local_rank(torchrun, explicit=True) is None, "init_method/rank given"
 
 
 def _layout(local_rank: int, nproc: int) -> Layout:

@@ -36,7 +36,6 @@ __all__ = [
     "bound_device",
     "init_process_group",
     "join_job",
-    "known_local_rank",
     "rendezvous",
     "rendezvous_address",
 ]
@@ -55,6 +54,7 @@ _EXPORT_HINTS = {  # how to give every process MASTER_ADDR / MASTER_PORT, per la
 
 def init_process_group(
     backend: str,
+    launch: LaunchEnvironment | None,
     *,
     timeout: timedelta | None,
     init_method: str | None,
@@ -63,7 +63,8 @@ def init_process_group(
     device_id: torch.device | None = None,
 ) -> None:
     """Call ``torch.distributed.init_process_group`` the way this process was launched
-    (with ``device_id``, when given, so that NCCL binds this rank's GPU at start-up).
+    (``launch``; None: by no launcher), with ``device_id``, when given, so that NCCL binds
+    this rank's GPU at start-up.
 
     - explicit ``init_method`` / ``rank`` / ``world_size``: passed through;
     - torchrun or ``distbridge.spawn`` (torchelastic variables): ``env://``, or a client of
@@ -80,7 +81,6 @@ def init_process_group(
     extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
     if device_id is not None:
         extra["device_id"] = device_id
-    launch = environments.detect()
     if init_method is not None or rank is not None or world_size is not None:
         # rank and world size not given: the launcher's (RANK / WORLD_SIZE), as ignite reads them
         if launch is not None:
@@ -186,15 +186,6 @@ def _meet_peers(
             "every rank, rank 0 too, with the same init_method (for env://: MASTER_ADDR and "
             "MASTER_PORT) and world_size, and check that the address is reachable."
         ) from err
-
-
-def known_local_rank(launch: LaunchEnvironment | None, *, explicit: bool) -> int | None:
-    """This process's local rank before the rendezvous: the launcher's, 0 without a launcher
-    (a world of one); None when only the peers can tell (explicit init arguments, or a
-    launcher that does not say)."""
-    if explicit:
-        return None
-    return 0 if launch is None else launch.local_rank
 
 
 def bound_device(backend: str, local_rank: int | None) -> torch.device | None:
@@ -359,13 +350,17 @@ def join_job(
     explicit = init_method is not None or rank is not None or world_size is not None
     if backend == "nccl" and launch is not None and not explicit:
         check_nccl_gpus(launch.local_world_size, launch.local_rank)  # before the peers wait
-    device = bound_device(backend, known_local_rank(launch, explicit=explicit))
+    # the local rank before the rendezvous: the launcher's, 0 without one (a world of one);
+    # None when only the peers can tell (explicit init arguments, a launcher that does not say)
+    local_rank = None if explicit else 0 if launch is None else launch.local_rank
+    device = bound_device(backend, local_rank)
     if device is not None:
         _set_current(device)
     before = {key: os.environ.get(key) for key in DEFAULT_MASTER}
     try:
         init_process_group(
             backend,
+            launch,
             timeout=timeout,
             init_method=init_method,
             rank=rank,
