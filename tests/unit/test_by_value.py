@@ -16,8 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from distbridge.errors import PicklingError
-from distbridge.launch._main_module import main_is_interactive
-from distbridge.launch.pickling import find_culprit, pack
+from distbridge.launch.pickling import find_culprit, main_is_interactive, pack
 
 _NOTEBOOK_CELL = """\
 import math

@@ -20,8 +20,7 @@ import torch
 
 from distbridge._frames import inside
 from distbridge.errors import WorkerFailedError
-from distbridge.launch._main_module import REIMPORT_EXIT_CODE, REIMPORT_PROBLEM
-from distbridge.launch.pickling import SHORT_REPR
+from distbridge.launch.pickling import REIMPORT_EXIT_CODE, REIMPORT_PROBLEM, SHORT_REPR
 from distbridge.reliability.hang.verdict import headline
 
 __all__ = [

@@ -1,29 +1,107 @@
-"""Sending a worker function and its arguments to processes started with "spawn" or
-"forkserver", checked before any process starts.
+"""What a worker started with "spawn" or "forkserver" can get from the parent: its function
+and arguments, and the main script, which it runs again (as ``__mp_main__``) first. Both are
+checked before any process starts.
 
 A function travels by reference (``module.qualified_name``) that the worker imports again,
 an argument by value: `check_picklable` turns what would fail in the worker into one message
 that says what to change. A function defined in an interactive ``__main__`` (Jupyter,
 IPython, ``python -c``) has no module to import: `pack` sends it, its arguments and what they
 refer to by value with cloudpickle, and `find_culprit` names what cannot be sent even so.
+Code fed on standard input has no file to run again, and a script without an
+``if __name__ == "__main__":`` guard calls ``spawn`` again in every worker (only the worker
+can tell; the parent's `WorkerFailedError` gives the same advice): `check_main_module`.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import multiprocessing
+import os
 import pickle
 import reprlib
 import sys
 from collections.abc import Callable, Iterator, Mapping
+from multiprocessing import process
 from typing import Any
 
 import cloudpickle
 
-from distbridge.errors import PicklingError
-from distbridge.launch._main_module import check_main_module, main_is_interactive
+from distbridge.errors import DistributedError, PicklingError
 
-__all__ = ["SHORT_REPR", "ByValue", "check_picklable", "find_culprit", "pack", "prepare_call"]
+__all__ = [
+    "REIMPORT_EXIT_CODE",
+    "REIMPORT_PROBLEM",
+    "SHORT_REPR",
+    "ByValue",
+    "check_main_module",
+    "check_picklable",
+    "find_culprit",
+    "main_is_interactive",
+    "pack",
+    "prepare_call",
+]
+
+#: Exit code of a worker that called spawn while importing the main script.
+REIMPORT_EXIT_CODE = 86
+
+#: The problem and the fix, said by the worker and by the parent's WorkerFailedError.
+REIMPORT_PROBLEM = (
+    'the main script has no `if __name__ == "__main__":` guard, so each worker started with '
+    "'spawn' or 'forkserver' runs the spawn call again when it imports the script: put the "
+    "spawn call (and everything that should run once) under that guard, or pass "
+    'start_method="fork" where forking is safe'
+)
+
+
+def _main_kind() -> str:
+    """How the main script runs: "module" (``python -m``: workers import it by name),
+    "interactive" (no file: a notebook, IPython, ``python -c``), "stdin", "missing" (its
+    file is not there) or "file"."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None:
+        return "module"
+    path = getattr(main, "__file__", None)
+    if not isinstance(path, str):
+        return "interactive"
+    if path == "<stdin>":
+        return "stdin"
+    found = os.path.isfile(os.path.join(getattr(process, "ORIGINAL_DIR", None) or "", path))
+    return "file" if found else "missing"
+
+
+def main_is_interactive() -> bool:
+    """Whether ``__main__`` has no file a worker could run again and no module it could
+    import (a notebook, an IPython shell, ``python -c``): its functions go by value."""
+    return _main_kind() in ("interactive", "missing")
+
+
+def check_main_module(start_method: str) -> None:
+    """Stop a spawn that would fail in every worker because of how the main script runs:
+    `DistributedError` when the script was read from standard input (or its file is gone),
+    so workers started with "spawn" or "forkserver" cannot run it again.
+
+    In a worker that is importing the main script (it has no ``__main__`` guard), print why
+    to stderr and end the process with exit code `REIMPORT_EXIT_CODE` (not SystemExit: a
+    "forkserver" child turns every exception into exit code 1)."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        print(f"distbridge: spawn was called while this worker was starting: {REIMPORT_PROBLEM}.",
+              file=sys.stderr, flush=True)  # fmt: skip
+        os._exit(REIMPORT_EXIT_CODE)
+    kind = "file" if start_method == "fork" else _main_kind()
+    if kind in ("stdin", "missing"):
+        main = (
+            "was read from standard input, which"
+            if kind == "stdin"
+            else f"{sys.modules['__main__'].__file__!r} is not a file, so"
+        )
+        raise DistributedError(
+            f"The main script {main} workers started with start_method={start_method!r} cannot "
+            "read again to re-import it: save the code to a file and run `python file.py`, or "
+            'pass start_method="fork" where forking is safe (no CUDA and no threads started '
+            "before spawn)."
+        )
+
 
 SHORT_REPR = reprlib.Repr()  # repr() shortened for messages
 SHORT_REPR.maxother = SHORT_REPR.maxstring = 160

@@ -29,7 +29,6 @@ from multiprocessing.process import BaseProcess
 from typing import Any, cast
 
 from distbridge.errors import SpawnTimeoutError, suggest
-from distbridge.launch._main_module import check_main_module
 from distbridge.launch._output import OutputPlan, OutputRelay, redirect_output
 from distbridge.launch._signals import SignalWatch
 from distbridge.launch._worker_reports import (
@@ -40,6 +39,7 @@ from distbridge.launch._worker_reports import (
     load_report,
     run_reported,
 )
+from distbridge.launch.pickling import check_main_module
 from distbridge.launch.warm_start import (
     check_fork_is_safe,
     die_with_parent,

@@ -30,10 +30,10 @@ from typing import Any
 
 from distbridge._registry import registry
 from distbridge.errors import DistributedError, suggest
-from distbridge.launch._main_module import check_main_module
 from distbridge.launch._signals import passing_on
 from distbridge.launch._worker_reports import death
 from distbridge.launch.native import host_store, job_env, job_verdict
+from distbridge.launch.pickling import check_main_module
 from distbridge.launch.supervisor import (
     PEER_WINDOW_SECONDS,
     VERDICT_SECONDS,
