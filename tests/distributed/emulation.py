@@ -46,7 +46,7 @@ def emulating() -> AbstractContextManager[None]:
 class _NcclRuleNativeModel(NativeModel):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._torch_ops = ops.TorchOps("nccl")  # fold.backend_op for "nccl"
+        self._torch_ops = ops.torch_ops("nccl")  # fold.backend_op for "nccl"
 
 
 def as_on_nccl() -> AbstractContextManager[None]:

@@ -50,9 +50,9 @@ REDUCTIONS: dict[str, Callable[[torch.Tensor, str], Any]] = {
 def test_nccl_folds_the_bitwise_ops_and_gloo_runs_them(dtype: torch.dtype, op: str) -> None:
     assert "nccl" in NO_BITWISE
     assert backend_op("nccl", dtype, op) is None  # None: folded from an all-gather
-    assert ops.TorchOps("nccl")[dtype, op] is None
+    assert ops.torch_ops("nccl")[dtype, op] is None
     assert backend_op("gloo", dtype, op) == op
-    assert ops.TorchOps("gloo")[dtype, op] == getattr(dist.ReduceOp, f"B{op}")
+    assert ops.torch_ops("gloo")[dtype, op] == getattr(dist.ReduceOp, f"B{op}")
 
 
 @pytest.mark.parametrize("dtype", list(tc.DTYPES.values()), ids=str)

@@ -91,7 +91,7 @@ class NativeModel(ComputationModel):
         self._takes_cpu = "cpu" in self._device_types
         # The ReduceOp of (dtype, op) on this backend; None: folded from an all-gather (NCCL
         # has no bitwise ones). One rule for all_reduce, reduce and reduce_scatter.
-        self._torch_ops = ops.TorchOps(backend)
+        self._torch_ops = ops.torch_ops(backend)
         # The failure note and the peers' "left" marks live in the default group's store, so
         # an adopted context reads them too; initialize starts the rest (see from_backend).
         self._together = FailingTogether(self, coordination.default_store)

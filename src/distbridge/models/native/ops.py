@@ -16,9 +16,9 @@ from distbridge.algorithms.fold import backend_op
 
 __all__ = [
     "NON_MEMBER",
-    "TorchOps",
     "all_gather_single",
     "reduce_scatter_single",
+    "torch_ops",
 ]
 
 _OPS: dict[str, Any] = {}
@@ -43,21 +43,10 @@ if dist.is_available():
 _DTYPES = {value for value in vars(torch).values() if isinstance(value, torch.dtype)}
 
 
-class TorchOps(dict[tuple[torch.dtype, str], Any]):
+def torch_ops(backend: str) -> dict[tuple[torch.dtype, str], Any]:
     """``ops[(dtype, op)]``: the ``dist.ReduceOp`` that reduces tensors of ``dtype`` by the
     canonical ``op`` exactly on ``backend``; None where the backend has none and the
     reduction is folded (``fold.backend_op``: a complex PRODUCT, AND / OR on NCCL).
-    A dict, filled for every dtype torch names when it is made, so that even a first call
-    reads it at a dict's cost."""
-
-    def __init__(self, backend: str) -> None:
-        super().__init__()
-        self.backend = backend
-        for dtype in _DTYPES:
-            for op in _OPS:
-                self.__missing__((dtype, op))
-
-    def __missing__(self, key: tuple[torch.dtype, str]) -> Any:
-        name = backend_op(self.backend, *key)
-        answer = self[key] = None if name is None else _OPS[name]
-        return answer
+    Filled for every dtype torch names, so that even a first call reads it at a dict's cost."""
+    names = {(dtype, op): backend_op(backend, dtype, op) for dtype in _DTYPES for op in _OPS}
+    return {key: None if name is None else _OPS[name] for key, name in names.items()}
