@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -117,3 +118,23 @@ def test_a_pid_that_names_no_process_is_not_alive(pid: int) -> None:
     assert not job_cards.alive(pid)
     with pytest.raises(ProcessLookupError, match=f"There is no process {pid}"):
         find_card(pid)
+
+
+def test_a_zombie_is_not_alive_and_its_card_is_stale() -> None:
+    # A rank killed with its parent stays a zombie until init reaps it, which a busy machine
+    # (or a container whose init does not reap) leaves for long: why must still prune its card.
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child did not exit"
+            time.sleep(0.01)
+        assert job_cards.alive(os.getpid())
+        assert not job_cards.alive(child.pid)  # os.kill(pid, 0) still succeeds for a zombie
+        os.makedirs(job_cards.user_dir("cards"), exist_ok=True)
+        card = Path(job_cards.user_dir("cards"), f"{child.pid}.json")
+        card.write_text("{}")
+        job_cards.prune_cards()
+        assert not card.exists()
+    finally:
+        child.wait()

@@ -54,16 +54,18 @@ def user_dir(*parts: str) -> str:
 
 
 def alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists (another user's counts)."""
+    """Whether a process ``pid`` runs (another user's counts; a zombie, dead but not yet
+    reaped by its parent or init, does not)."""
     if pid <= 0:  # os.kill would signal a process group, or every process
         return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
+    except PermissionError:  # another user's process: it exists
+        pass
+    fields = _stat(pid)
+    return fields is None or fields[0] not in ("Z", "X")
 
 
 def _stat(pid: int) -> list[str] | None:
