@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from distbridge import environments
 from distbridge.environments import LaunchEnvironment, mpi, slurm
-from distbridge.environments._hostlist import expand_hostlist
 from distbridge.environments.base import derived_port
+from distbridge.environments.slurm import expand_hostlist
 
 # srun -N2 -n4 (block): rank 1, the second task on node n1.
 STEP = {

@@ -10,16 +10,28 @@ Unless set, MASTER_ADDR is the first host of the step's node list, where the blo
 and plane distributions put rank 0 (with ``-m arbitrary``, or node names that do not resolve,
 set it), and MASTER_PORT is derived from `job_key`: steps of one job that run at the same time
 get different ports.
+
+SLURM host lists (``node[001-003,7],gpu-[01-02]-ib``) expand as ``scontrol show hostnames``
+does:
+
+- hosts are separated by commas outside brackets;
+- ``[...]`` holds a comma list of numbers and ranges ``lo-hi``; every number of a range is
+  printed at least as wide as ``lo`` (``[08-10]`` is ``08, 09, 10``; ``[7]`` is ``7``);
+- a host may hold several bracket groups: ``a[1-2]-b[3-4]`` is ``a1-b3, a1-b4, a2-b3,
+  a2-b4``. The last group varies fastest; before it, SLURM varies the first group, then the
+  second, and so on (``a[1-2]b[3-4]c[5-6]`` starts ``a1b3c5, a1b3c6, a2b3c5, a2b3c6, a1b4c5``),
+  and so does this module, so that the order is the one the job's tasks see;
+- empty entries (``n1,,n2``) are skipped, as SLURM does.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import warnings
 from collections.abc import Mapping
 
-from distbridge.environments._hostlist import expand_hostlist
 from distbridge.environments.base import (
     LOOPBACK,
     LaunchEnvironment,
@@ -28,7 +40,7 @@ from distbridge.environments.base import (
     read_int,
 )
 
-__all__ = ["LAUNCHER", "detect", "job_key", "requeue_job_id", "tasks_per_node"]
+__all__ = ["LAUNCHER", "detect", "expand_hostlist", "job_key", "requeue_job_id", "tasks_per_node"]
 
 LAUNCHER = "slurm"
 _REPEATED = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
@@ -44,7 +56,7 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
         ValueError: a SLURM variable is malformed or contradicts another; the message names it.
     """
     rank = read_int(env, "SLURM_PROCID")
-    step = None if rank is None else _first_int(env, "SLURM_STEP_ID", "SLURM_STEPID")
+    step = None if rank is None else read_int(env, _first_key(env, "SLURM_STEP_ID", "SLURM_STEPID"))
     if rank is None or step is None:
         _warn_if_job_shell(env)
         return None
@@ -66,7 +78,7 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
         names["nnodes"] = f"the {nnodes} hosts of {list_key}={env[list_key]}"
     node_rank = read_int(env, "SLURM_NODEID")
     local_world_size, names["local_world_size"] = _local_world_size(env, node_rank, nnodes)
-    job = _first(env, "SLURM_JOB_ID", "SLURM_JOBID")
+    job = env.get(_first_key(env, "SLURM_JOB_ID", "SLURM_JOBID"))
     first_host = hosts[0] if hosts else None
     return LaunchEnvironment(
         launcher=LAUNCHER,
@@ -99,6 +111,80 @@ def tasks_per_node(value: str) -> list[int]:
     return counts
 
 
+def expand_hostlist(hostlist: str) -> list[str]:
+    """Return the host names in ``hostlist``, in order, duplicates kept.
+
+    Examples:
+        >>> expand_hostlist("node[001-003,7],gpu-[01-02]")
+        ['node001', 'node002', 'node003', 'node7', 'gpu-01', 'gpu-02']
+
+    Raises:
+        ValueError: unbalanced or nested brackets, or a bracket entry that is not a number
+            or a range ``lo-hi`` with ``lo <= hi``; the message names the host list.
+    """
+    hosts: list[str] = []
+    for item in _split_top_level(hostlist):
+        if item:
+            hosts.extend(_expand_item(item, hostlist))
+    return hosts
+
+
+def _split_top_level(hostlist: str) -> list[str]:
+    """Split at the commas that are not inside brackets; check that brackets balance."""
+    items, depth, start = [], 0, 0
+    for i, char in enumerate(hostlist):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append(hostlist[start:i].strip())
+            start = i + 1
+        if depth not in (0, 1):
+            raise ValueError(f"Host list {hostlist!r} has unbalanced or nested brackets.")
+    if depth != 0:
+        raise ValueError(f"Host list {hostlist!r} has an unclosed '['.")
+    items.append(hostlist[start:].strip())
+    return items
+
+
+def _expand_item(item: str, hostlist: str) -> list[str]:
+    """One host pattern (text with bracket groups) to its names, in SLURM's order."""
+    texts: list[str] = []
+    groups: list[list[str]] = []
+    rest = item
+    while "[" in rest:
+        text, _, rest = rest.partition("[")
+        group, _, rest = rest.partition("]")
+        texts.append(text)
+        groups.append(_expand_group(group, hostlist))
+    if not groups:
+        return [item]
+    # Slowest to fastest: groups k-1, ..., 1, then group k (SLURM's order, see the module doc).
+    order = [*range(len(groups) - 2, -1, -1), len(groups) - 1]
+    names = []
+    for picked in itertools.product(*(groups[i] for i in order)):
+        numbers = dict(zip(order, picked, strict=True))
+        names.append("".join(t + numbers[i] for i, t in enumerate(texts)) + rest)
+    return names
+
+
+def _expand_group(group: str, hostlist: str) -> list[str]:
+    """``001-003,7`` to ``['001', '002', '003', '7']``."""
+    numbers: list[str] = []
+    for part in group.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(
+                f"Host list {hostlist!r}: {part!r} in [{group}] is not a number or a range lo-hi."
+            )
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if last < first:
+            raise ValueError(f"Host list {hostlist!r}: range {part!r} runs backwards.")
+        numbers.extend(str(n).zfill(len(lo)) for n in range(first, last + 1))
+    return numbers
+
+
 def job_key(job_id: str, step_id: int) -> str:
     """The key MASTER_PORT is derived from: ``slurm:<job id>.<step id>``."""
     return f"{LAUNCHER}:{job_id}.{step_id}"
@@ -110,7 +196,7 @@ def requeue_job_id(env: Mapping[str, str]) -> str | None:
     array, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
     if array and task:
         return f"{array}_{task}"
-    return _first(env, "SLURM_JOB_ID", "SLURM_JOBID") or None
+    return env.get(_first_key(env, "SLURM_JOB_ID", "SLURM_JOBID")) or None
 
 
 def _local_world_size(
@@ -141,8 +227,8 @@ def _local_world_size(
 
 def _warn_if_job_shell(env: Mapping[str, str]) -> None:
     """Warn (once) when this looks like a batch or salloc shell of a multi-task job."""
-    job = _first(env, "SLURM_JOB_ID", "SLURM_JOBID")
-    ntasks = _first_int(env, "SLURM_NTASKS", "SLURM_NPROCS")
+    job = env.get(_first_key(env, "SLURM_JOB_ID", "SLURM_JOBID"))
+    ntasks = read_int(env, _first_key(env, "SLURM_NTASKS", "SLURM_NPROCS"))
     if job and ntasks is not None and ntasks > 1:
         _warn_no_srun(job, ntasks)
 
@@ -157,16 +243,6 @@ def _warn_no_srun(job: str, ntasks: int) -> None:
         RuntimeWarning,
         stacklevel=2,
     )
-
-
-def _first(env: Mapping[str, str], *keys: str) -> str:
-    """The first of ``keys`` set to a non-empty value in ``env``, else ''."""
-    return next((env[k] for k in keys if env.get(k)), "")
-
-
-def _first_int(env: Mapping[str, str], *keys: str) -> int | None:
-    """The first of ``keys`` set in ``env``, as an int (ValueError naming a malformed one)."""
-    return read_int(env, _first_key(env, *keys))
 
 
 def _first_key(env: Mapping[str, str], *keys: str) -> str:
