@@ -39,10 +39,9 @@ import torch
 
 from distbridge._frames import outside, site
 from distbridge.algorithms import codec
-from distbridge.algorithms.groups import NOT_A_MEMBER
 from distbridge.errors import CollectiveMismatch
 from distbridge.reliability.hang.engine_trace import group_text
-from distbridge.reliability.hang.ledger import positive_env
+from distbridge.reliability.hang.ledger import Members, positive_env
 from distbridge.reliability.timed_barrier import await_keys, group_tag
 
 if TYPE_CHECKING:
@@ -170,8 +169,12 @@ class CollectiveChecker:
         store = model._coordination_store()
         if store is None:
             return
-        members = _members(model, group)
-        if members is None or len(members) < 2:
+        world = model.get_world_size()
+        members: Members | None = tuple(range(world))
+        if group is not None:  # the ledger's key: the global ranks, sorted; None: not a
+            log = model.ledger.log_of(group)  # member, or not a group (the collective raises)
+            members = None if log is None else log.members
+        if members is None or len(members) < 2 or members[0] < 0 or members[-1] >= world:
             return
         if self._timeout is None:
             self._timeout = positive_env(TIMEOUT_ENV_VAR, DEFAULT_TIMEOUT, float, "seconds")
@@ -187,31 +190,10 @@ class CollectiveChecker:
         mine = Fingerprint(call, fields, notes, members, here)
         seq = self._sequence.get(members, 0)
         self._sequence[members] = seq + 1
-        whole = len(members) == model.get_world_size()
+        whole = len(members) == world
         where = f"collective #{seq + 1} of {group_text(None if whole else members)}"
         prefix = f"debug/{group_tag(members)}/{seq}/"
         _exchange(store, prefix, model.get_rank(), mine, self._timeout, where)
-
-
-def _members(model: ModelContract, group: object) -> tuple[int, ...] | None:
-    """The sorted global ranks of ``group`` when this rank is one; None otherwise or when
-    ``group`` is invalid (the collective raises its own error then)."""
-    world, rank = model.get_world_size(), model.get_rank()
-    if group is None:
-        return tuple(range(world))
-    try:
-        if isinstance(group, (list, tuple, range)):
-            if not all(type(r) is int and 0 <= r < world for r in group):
-                return None
-            members = tuple(sorted(set(group)))
-        else:  # a backend group, or a DeviceMesh (whose group resolve gives)
-            resolved = model.groups.resolve(group)
-            if resolved is NOT_A_MEMBER:
-                return None
-            members = tuple(sorted(model._group_members(resolved)))
-    except (TypeError, ValueError, RuntimeError):
-        return None
-    return members if rank in members else None
 
 
 def _exchange(
