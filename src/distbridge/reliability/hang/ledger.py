@@ -96,14 +96,9 @@ class GroupLog:
 
 
 def _line(code: Any, offset: int) -> int:
-    """The source line of instruction ``offset`` in ``code``."""
-    line = code.co_firstlineno
-    for start, end, number in code.co_lines():
-        if number is not None and start <= offset < end:
-            return int(number)
-        if number is not None and start <= offset:
-            line = number
-    return int(line)
+    """The source line of instruction ``offset`` in ``code`` (its first line, if none)."""
+    lines = (line for start, end, line in code.co_lines() if start <= offset < end and line)
+    return int(next(lines, code.co_firstlineno))
 
 
 def _what(kind: Any, shape: Any) -> str:
