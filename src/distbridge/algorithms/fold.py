@@ -44,16 +44,10 @@ _STEPS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 def fold(rows: torch.Tensor, op: str) -> torch.Tensor:
     """Reduce the gathered ``rows`` (one per rank) with ``op``, in rank order."""
     dtype = rows.dtype
-    back: Callable[[torch.Tensor], torch.Tensor] | None = None
-    if dtype in carriers.UNCARRIED_BY_C10D:  # no CPU add / minimum for uint16-64: widen or view
-        rows, back = carriers.integer_carrier(rows, op)
-    elif (dtype.itemsize == 1 and dtype.is_floating_point) or dtype is torch.complex32:
-        wide = torch.complex64 if dtype.is_complex else torch.float32  # no CPU arithmetic
-        rows, back = rows.to(wide), lambda out: out.to(dtype)
-    if op in ("MIN", "MAX") and rows.dtype in carriers.ORDERED_FLOATS:  # IEEE, as everywhere
-        rows, from_keys = carriers.ordered_carrier(rows, op)
-        to_dtype = back
-        back = from_keys if to_dtype is None else (lambda out: to_dtype(from_keys(out)))
+    if (dtype.itemsize == 1 and dtype.is_floating_point) or dtype is torch.complex32:
+        rows = rows.to(torch.complex64 if dtype.is_complex else torch.float32)  # no CPU arithmetic
+    # uint16-64 widened or viewed (no CPU add / minimum), float MIN / MAX as IEEE's everywhere
+    rows, back = carriers.reduction_carrier(rows, op, carriers.UNCARRIED_BY_C10D)
     parts = rows.is_complex() and op in ("SUM", "AVG")
     if parts:  # part by part: torch's complex add turns inf + finite into NaN in the other part
         rows = torch.view_as_real(rows)
@@ -64,7 +58,7 @@ def fold(rows: torch.Tensor, op: str) -> torch.Tensor:
         out = divide_(out.clone(), len(rows))
     if parts:
         out = torch.view_as_complex(out.contiguous())
-    return out if back is None else back(out)
+    return (out if back is None else back(out)).to(dtype)
 
 
 def all_reduce_by_fold(
