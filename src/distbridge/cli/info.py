@@ -8,6 +8,7 @@ adding keys is compatible).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import json
@@ -91,37 +92,19 @@ def collect(env: Mapping[str, str] | None = None) -> dict[str, Any]:
 
 
 def _system() -> dict[str, Any]:
-    """The OS, CPU count and memory of this machine, for bug reports."""
-    try:
-        usable: int | None = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        usable = None
-    total, available = _memory()
-    return {
-        "os": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "usable_cpus": usable,
-        "memory_bytes": total,
-        "memory_available_bytes": available,
-    }
-
-
-def _memory() -> tuple[int | None, int | None]:
-    """Total memory (sysconf) and available memory (/proc/meminfo, Linux) in bytes, None
-    where unknown."""
-    try:
-        total: int | None = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, OSError, ValueError):  # not POSIX
-        total = None
-    available = None
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    available = int(line.split()[1]) * 1024  # "MemAvailable:  123 kB"
-    except (OSError, ValueError):
-        pass
-    return total, available
+    """The OS, CPU count and memory of this machine, for bug reports: total memory from
+    sysconf, available memory from /proc/meminfo (Linux); None where unknown."""
+    system: dict[str, Any] = {"os": platform.platform(), "cpu_count": os.cpu_count()}
+    system.update(usable_cpus=None, memory_bytes=None, memory_available_bytes=None)
+    with contextlib.suppress(AttributeError, OSError):  # not on Linux
+        system["usable_cpus"] = len(os.sched_getaffinity(0))
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # not POSIX
+        system["memory_bytes"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo", encoding="ascii") as file:
+        for line in file:
+            if line.startswith("MemAvailable:"):  # "MemAvailable:  123 kB"
+                system["memory_available_bytes"] = int(line.split()[1]) * 1024
+    return system
 
 
 def _environment(env: Mapping[str, str]) -> dict[str, dict[str, str | None]]:
