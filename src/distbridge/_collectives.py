@@ -8,13 +8,13 @@ bad call fails on a laptop exactly as it would on a cluster.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path, PurePath
 from typing import Any, Literal, TypeVar, overload
 
 import torch
 
 from distbridge import _state
-from distbridge._barrier import barrier
 from distbridge._types import Group
 
 __all__ = [
@@ -67,7 +67,7 @@ def all_reduce(tensor: Any, op: str = "SUM", group: Group | None = None) -> Any:
         >>> idist.all_reduce(idist.get_rank() + 1)
         3   # on each of 2 ranks
     """
-    model = _state.active  # current(), written out: one call fewer
+    model = _state.active  # current() written out on the path issue 37 counts: one call fewer
     return (model if model.is_current() else _state.resync()).all_reduce(tensor, op, group)
 
 
@@ -102,8 +102,7 @@ def all_gather(tensor: Any, group: Group | None = None) -> Any:
         >>> idist.all_gather(f"rank{idist.get_rank()}")
         ['rank0', 'rank1']   # on each of 2 ranks
     """
-    model = _state.active  # current(), written out: one call fewer
-    return (model if model.is_current() else _state.resync()).all_gather(tensor, group)
+    return _state.current().all_gather(tensor, group)
 
 
 @overload
@@ -144,10 +143,7 @@ def broadcast(
         >>> idist.broadcast(value, safe_mode=True)
         0.1   # on every rank, exactly
     """
-    model = _state.active  # current(), written out: one call fewer
-    return (model if model.is_current() else _state.resync()).broadcast(
-        tensor, src, safe_mode, group
-    )
+    return _state.current().broadcast(tensor, src, safe_mode, group)
 
 
 def new_group(ranks: Sequence[int], **kwargs: Any) -> Any:
@@ -188,10 +184,7 @@ def all_gather_tensors_with_shapes(
         >>> idist.all_gather_tensors_with_shapes(mine, [[], [2, 3]])
         [tensor(7.), tensor([[1., 1., 1.], [1., 1., 1.]])]   # on each of 2 ranks
     """
-    model = _state.active  # current(), written out: one call fewer
-    return (model if model.is_current() else _state.resync()).all_gather_tensors_with_shapes(
-        tensor, shapes, group
-    )
+    return _state.current().all_gather_tensors_with_shapes(tensor, shapes, group)
 
 
 @overload
@@ -217,8 +210,7 @@ def reduce(tensor: Any, dst: int = 0, op: str = "SUM", group: Group | None = Non
         >>> idist.reduce(idist.get_rank() + 1, dst=0)
         3   # on rank 0 of 2; rank 1 gets 2 (its own value) back
     """
-    model = _state.active  # current(), written out: one call fewer
-    return (model if model.is_current() else _state.resync()).reduce(tensor, dst, op, group)
+    return _state.current().reduce(tensor, dst, op, group)
 
 
 def gather(
@@ -247,8 +239,7 @@ def gather(
         >>> idist.gather(x, dst=0)
         [tensor(5), tensor([[1, 1]])]   # on rank 0 of 2; [] on rank 1
     """
-    model = _state.active  # current(), written out: one call fewer
-    return (model if model.is_current() else _state.resync()).gather(tensor, dst, group, same_shape)
+    return _state.current().gather(tensor, dst, group, same_shape)
 
 
 def scatter(
@@ -285,8 +276,7 @@ def scatter(
         >>> idist.scatter(parts, src=0)
         tensor([0.])   # on rank 0; tensor([1., 1.]) on rank 1
     """
-    model = _state.active  # current(), written out: one call fewer
-    return (model if model.is_current() else _state.resync()).scatter(tensors, src, group, out)
+    return _state.current().scatter(tensors, src, group, out)
 
 
 def reduce_scatter(
@@ -307,8 +297,7 @@ def reduce_scatter(
         >>> idist.reduce_scatter(torch.arange(4.0))
         tensor([0., 2.])   # on rank 0 of 2; tensor([4., 6.]) on rank 1
     """
-    model = _state.active  # current(), written out: one call fewer
-    return (model if model.is_current() else _state.resync()).reduce_scatter(tensor, op, group)  # type: ignore[no-any-return]
+    return _state.current().reduce_scatter(tensor, op, group)  # type: ignore[no-any-return]
 
 
 @overload
@@ -353,5 +342,68 @@ def all_to_all(
         >>> idist.all_to_all(torch.arange(4) + 10 * idist.get_rank())
         tensor([ 0,  1, 10, 11])     # on rank 0 of 2; tensor([ 2,  3, 12, 13]) on rank 1
     """
-    model = _state.active  # current(), written out: one call fewer
-    return (model if model.is_current() else _state.resync()).all_to_all(tensors, group, same_shape)
+    return _state.current().all_to_all(tensors, group, same_shape)
+
+
+@overload
+def barrier(
+    group: Group | None = None,
+    async_op: Literal[False] = False,
+    device_ids: list[int] | None = None,
+    *,
+    timeout: float | timedelta | None = None,
+    name: str | None = None,
+) -> None: ...
+@overload
+def barrier(
+    group: Group | None = None,
+    async_op: bool = False,
+    device_ids: list[int] | None = None,
+    *,
+    timeout: float | timedelta | None = None,
+    name: str | None = None,
+) -> Any: ...
+def barrier(
+    group: Group | None = None,
+    async_op: bool = False,
+    device_ids: list[int] | None = None,
+    *,
+    timeout: float | timedelta | None = None,
+    name: str | None = None,
+) -> Any:
+    """Wait until every rank of ``group`` (default: all) has called ``barrier``.
+
+    The positional parameters are ``torch.distributed.barrier``'s (what ignite >= 0.5.1 hands
+    to torch); ``timeout`` and ``name`` are distbridge's and keyword-only.
+
+    Args:
+        group: as in `all_reduce`; ranks outside the group return at once.
+        async_op: True returns a handle with ``wait()``, ``is_completed()`` and
+            ``is_success()`` instead of None (a ``torch.distributed.Work`` where the backend
+            has asynchronous barriers; a finished handle on the serial, XLA and Horovod
+            models, whose barrier has already returned). Not with ``timeout``.
+        device_ids: CUDA device indices for NCCL's barrier (validated on every model; the
+            native model already uses this process's GPU, the others ignore it).
+        timeout: None: the backend's own barrier (no extra cost; a hang lasts until the
+            process group's timeout). Seconds (or a ``timedelta``): a barrier through the
+            coordination store that raises `BarrierTimeout` naming the ranks that did not
+            arrive; ``math.inf`` waits without a limit. Either way, past a few seconds it logs
+            the missing ranks (logger ``"distbridge"``, WARNING) at growing intervals.
+        name: names the barrier in those messages, e.g. ``"after-eval"``.
+
+    Raises:
+        BarrierTimeout: ``timeout`` passed before every member arrived (on the waiting ranks;
+            each logs its stacks and asks the others to log theirs).
+        PeerFailed: with a timeout, a rank of the job failed while this one waited.
+        TypeError, ValueError: an argument of another type or value than the above, or
+            ``async_op=True`` with a ``timeout``.
+
+    Note:
+        Without a distributed context, returns at once (after validating its arguments).
+        The backend options ignite forwards (Horovod's ``process_set``, XLA's ``tag``, ...)
+        are not accepted: see docs/migration.md.
+
+    Example:
+        >>> idist.barrier(timeout=600, name="checkpoint-written")  # doctest: +SKIP
+    """
+    return _state.current().barrier(group, timeout, name, async_op=async_op, device_ids=device_ids)
