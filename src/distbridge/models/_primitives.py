@@ -293,23 +293,25 @@ class BackendPrimitives(ABC):
     def _check_group(self, group: object) -> None:
         """TypeError unless ``group`` is a group object of this backend."""
 
-    # The group queries' defaults read a group that lists its global ranks in ``ranks``
-    # (Horovod's process sets, XLA's groups); the native and serial models override them.
+    # The group queries: a backend answers ``_group_members`` (default: a group that lists
+    # its global ranks in ``ranks``, as Horovod's process sets and XLA's groups do); the
+    # other two read it (the native model asks torch for the rank, without the list).
+
+    def _group_members(self, group: Any) -> tuple[int, ...]:
+        """Global ranks of the members of ``group`` (None: the world), in group-rank order."""
+        return tuple(range(self._layout.world_size)) if group is None else tuple(group.ranks)
 
     def _group_size(self, group: Any) -> int:
         """Number of ranks in ``group`` (None: the world)."""
-        return self._layout.world_size if group is None else len(group.ranks)
+        return self._layout.world_size if group is None else len(self._group_members(group))
 
     def _group_rank(self, group: Any) -> int:
         """This process's rank within ``group`` (None: the world); -1 if not a member."""
         rank = self._layout.rank
         if group is None:
             return rank
-        return group.ranks.index(rank) if rank in group.ranks else -1
-
-    def _group_members(self, group: Any) -> tuple[int, ...]:
-        """Global ranks of the members of ``group`` (None: the world), in group-rank order."""
-        return tuple(range(self._layout.world_size)) if group is None else tuple(group.ranks)
+        members = self._group_members(group)
+        return members.index(rank) if rank in members else -1
 
     # ---- primitives with a default emulation (override where the backend has the op) ---------
 

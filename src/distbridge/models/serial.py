@@ -40,14 +40,6 @@ class _ProbeSource(Protocol):
     def refresh_probes(self) -> None: ...
 
 
-class _NoProbes:
-    probes: tuple[Callable[[], bool], ...] = ()
-    modules_seen = -1
-
-    def refresh_probes(self) -> None:
-        self.modules_seen = len(_MODULES)
-
-
 _MODULES = sys.modules
 _ALONE = Layout(rank=0, world_size=1, local_rank=0, nproc_per_node=1, nnodes=1, node_rank=0)
 
@@ -91,9 +83,10 @@ class SerialModel(ComputationModel):
 
     def __init__(self, watch: _ProbeSource | None = None) -> None:
         """``watch.probes`` are other models' ``has_context`` checks (the registry keeps them
-        up to date); while none of them finds a context, this model stays current."""
+        up to date); while none of them finds a context (or without ``watch``), this model
+        stays current."""
         super().__init__()
-        self._watch = watch if watch is not None else _NoProbes()
+        self._watch = watch
         # As in ignite, the accelerator (CUDA, XPU, ...) when one is visible, even without a
         # distributed context; with its index, so that it equals a tensor's device. Asked on
         # first use, not here: this model is made at import, and on a CUDA machine the first
@@ -125,6 +118,8 @@ class SerialModel(ComputationModel):
     @override
     def is_current(self) -> bool:
         watch = self._watch
+        if watch is None:
+            return True
         if len(_MODULES) != watch.modules_seen:  # something was imported: maybe horovod
             watch.refresh_probes()
         # A plain loop: a generator in any() costs ~350 ns on this hot path.
@@ -209,14 +204,6 @@ class SerialModel(ComputationModel):
 
     # The world is the launcher's (validation matches the live model's); a group exists
     # only in a world of one (``_make_group`` refuses otherwise), so it is ``[0]``.
-
-    @override
-    def _group_size(self, group: Any) -> int:
-        return self._layout.world_size if group is None else 1
-
-    @override
-    def _group_rank(self, group: Any) -> int:
-        return self._layout.rank if group is None else 0
 
     @override
     def _group_members(self, group: Any) -> tuple[int, ...]:

@@ -358,10 +358,6 @@ class NativeModel(ComputationModel):
             raise not_a_group(group)
 
     @override
-    def _group_size(self, group: Any) -> int:
-        return self._layout.world_size if group is None else dist.get_world_size(group)
-
-    @override
     def _group_rank(self, group: Any) -> int:
         if group is None:
             return self._layout.rank
