@@ -14,8 +14,8 @@ import os
 import re
 import sysconfig
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from distbridge._frames import inside
 from distbridge.errors import DistributedError
 from distbridge.reliability.hang.engine_trace import ranks_text
 from distbridge.testing._worker import Outcome
@@ -171,10 +171,9 @@ class WorldRun:
 
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+),? in (?P<function>\S+)')
 _LIBRARIES = tuple(
-    os.path.realpath(path)
-    for path in {
-        *(sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")),
-        str(Path(__file__).parents[1]),  # distbridge
+    {
+        os.path.realpath(sysconfig.get_paths()[name])
+        for name in ("stdlib", "platstdlib", "purelib", "platlib")
     }
 )
 
@@ -239,7 +238,7 @@ def _parse(text: str) -> list[Frame]:
 
 
 def _is_library(path: str) -> bool:
-    if path.startswith("<"):  # "<string>", "<frozen ...>"
+    if path.startswith("<") or inside(path):  # "<string>", "<frozen ...>", distbridge's
         return True
     real = os.path.realpath(path)
     return any(real == root or real.startswith(root + os.sep) for root in _LIBRARIES)
