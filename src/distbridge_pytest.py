@@ -60,13 +60,11 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     names = inspect.signature(pyfuncitem.obj).parameters
     kwargs = {name: _for_ranks(pyfuncitem, name) for name in names}
     live = pyfuncitem.config.getoption("capture", None) == "no"  # pytest -s
-    message: str | None = None
     try:
         result = pool.run(pyfuncitem.obj, kwargs, on_output=_show if live else None, **options)
     except (TypeError, ValueError) as err:  # a bad option or an argument that does not pickle
-        message = f"@pytest.mark.{MARKER}: {err}"
-    if message is not None:  # outside the except: one message, not the TypeError's as well
-        pytest.fail(message, pytrace=False)
+        # from None: one message, not the TypeError's as well
+        raise pytest.fail.Exception(f"@pytest.mark.{MARKER}: {err}", pytrace=False) from None
     if not live:  # with -s the output was shown as it came
         for rank, text in sorted(result.outputs.items()):
             if text:
