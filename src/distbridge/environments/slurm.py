@@ -44,6 +44,9 @@ __all__ = ["LAUNCHER", "detect", "expand_hostlist", "job_key", "requeue_job_id",
 
 LAUNCHER = "slurm"
 _REPEATED = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+_BRACKETS = re.compile(r"(?:[^\[\]]|\[[^\[\]]*\])*")  # every '[' closed by a ']', none nested
+_OUTER_COMMA = re.compile(r",(?![^\[]*\])")  # a comma that is not inside brackets
+_GROUP = re.compile(r"\[([^\]]*)\]")  # a bracket group; split() keeps what it holds
 
 
 def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
@@ -122,42 +125,23 @@ def expand_hostlist(hostlist: str) -> list[str]:
         ValueError: unbalanced or nested brackets, or a bracket entry that is not a number
             or a range ``lo-hi`` with ``lo <= hi``; the message names the host list.
     """
+    if _BRACKETS.fullmatch(hostlist) is None:
+        raise ValueError(
+            f"Host list {hostlist!r} has unbalanced brackets: an unclosed '[', a ']' without "
+            "its '[', or nested brackets."
+        )
     hosts: list[str] = []
-    for item in _split_top_level(hostlist):
-        if item:
-            hosts.extend(_expand_item(item, hostlist))
+    for item in _OUTER_COMMA.split(hostlist):
+        if item.strip():
+            hosts.extend(_expand_item(item.strip(), hostlist))
     return hosts
-
-
-def _split_top_level(hostlist: str) -> list[str]:
-    """Split at the commas that are not inside brackets; check that brackets balance."""
-    items, depth, start = [], 0, 0
-    for i, char in enumerate(hostlist):
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-        elif char == "," and depth == 0:
-            items.append(hostlist[start:i].strip())
-            start = i + 1
-        if depth not in (0, 1):
-            raise ValueError(f"Host list {hostlist!r} has unbalanced or nested brackets.")
-    if depth != 0:
-        raise ValueError(f"Host list {hostlist!r} has an unclosed '['.")
-    items.append(hostlist[start:].strip())
-    return items
 
 
 def _expand_item(item: str, hostlist: str) -> list[str]:
     """One host pattern (text with bracket groups) to its names, in SLURM's order."""
-    texts: list[str] = []
-    groups: list[list[str]] = []
-    rest = item
-    while "[" in rest:
-        text, _, rest = rest.partition("[")
-        group, _, rest = rest.partition("]")
-        texts.append(text)
-        groups.append(_expand_group(group, hostlist))
+    parts = _GROUP.split(item)  # text, group, text, group, ..., the text after the last group
+    texts, rest = parts[0:-1:2], parts[-1]
+    groups = [_expand_group(group, hostlist) for group in parts[1::2]]
     if not groups:
         return [item]
     # Slowest to fastest: groups k-1, ..., 1, then group k (SLURM's order, see the module doc).
