@@ -35,8 +35,7 @@ import distbridge as idist
 from distbridge import _state
 from distbridge.models.native import NativeModel
 from distbridge.reliability.connections import Connections, socket_inodes, tcp_connections
-from distbridge.reliability.fail_together import record_failure
-from distbridge.reliability.failure_watch import FailureWatch
+from distbridge.reliability.fail_together import FailureWatch, record_failure
 
 IDLE_SECONDS = 5.0  # how long the watchers' requests are counted while nothing fails
 

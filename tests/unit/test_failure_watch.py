@@ -10,8 +10,7 @@ import pytest
 from torch._C._distributed_c10d import TCPStore
 
 from distbridge.reliability.connections import Connections
-from distbridge.reliability.fail_together import record_failure
-from distbridge.reliability.failure_watch import FailureWatch
+from distbridge.reliability.fail_together import FailureWatch, record_failure
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from distbridge.model_contract import ModelContract
 from distbridge.reliability import fail_together
-from distbridge.reliability.failure_watch import FailureWatch, start_watch
+from distbridge.reliability.fail_together import FailureWatch, start_watch
 from distbridge.reliability.hang.report import Reporter, job_verdict, start_reporter
 
 __all__ = ["FailingTogether"]

@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -38,12 +39,14 @@ from torch.distributed import distributed_c10d as c10d
 from distbridge.errors import CollectiveTimeout, DistributedError, PeerFailed
 from distbridge.reliability import coordination
 from distbridge.reliability.connections import Connections
+from distbridge.reliability.hang.stacks import StoreThread
 from distbridge.reliability.hang.verdict import headline
 
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract
 
 __all__ = [
+    "FailureWatch",
     "abort_communicator",
     "failure_key",
     "install_excepthook",
@@ -53,6 +56,7 @@ __all__ = [
     "read_failure",
     "record_failure",
     "record_for_launcher",
+    "start_watch",
     "stopped",
     "store_ports",
     "summarize",
@@ -345,3 +349,52 @@ def peer_failure(op: str, err: BaseException, owner: ModelContract) -> BaseExcep
         with contextlib.suppress(Exception):
             owner.abort_communicator()
     return failure
+
+
+class FailureWatch(StoreThread):
+    """The failure watcher: waits, without polling, for a failure note of the job on
+    ``store``'s root (through a clone), at the wake key of this process's global ``rank``,
+    which every note sets (`record_failure`); then keeps the note (named even once the
+    store's host is gone) and calls ``on_failure()`` (abort the communicator) once, from its
+    thread. A `StoreThread` whose one tick is the blocking wait; `stop` sets the key too."""
+
+    def __init__(self, store: Any, rank: int, on_failure: Callable[[], object]) -> None:
+        self._root = job_root(store)  # this rank's connection: wakes the watcher on ``stop``
+        # the blocking wait needs a connection of its own: a store client runs one request at
+        # a time, so this rank's own store calls must not queue behind it
+        super().__init__(self._root, lambda: True, "distbridge-failure-watcher", 0.0, True)
+        self._key = wake_key(rank)
+        self._on_failure = on_failure
+        self.note: tuple[int, str] | None = None
+        self._start()
+
+    def _run(self) -> None:
+        try:
+            self._store.wait([self._key], timedelta(days=3650))  # a timeout prints from C++
+            if self._stopped.is_set():
+                self._store.delete_key(self._key)
+                return
+            self.note = read_failure(self._store)
+        except Exception:  # the store's host is gone: the job is over
+            return
+        if self.note is not None:
+            with contextlib.suppress(Exception):
+                self._on_failure()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """End the thread (``finalize``, and at exit): wake it without a failure, and wait
+        for it."""
+        if self._stopped.is_set() or not self._thread.is_alive():
+            return
+        super().stop()
+        with contextlib.suppress(Exception):
+            self._root.set(self._key, "stop")
+            self.join(timeout)
+
+
+def start_watch(store: Any, rank: int, on_failure: Callable[[], object]) -> FailureWatch | None:
+    """A `FailureWatch`, or None where the store cannot be cloned (a ``HashStore``)."""
+    try:
+        return FailureWatch(store, rank, on_failure)
+    except (AttributeError, RuntimeError):
+        return None
