@@ -21,10 +21,12 @@ __all__ = ["SignalWatch", "leave_pid", "passing_on", "pids_left"]
 
 
 class SignalWatch:
-    """Turn SIGINT/SIGTERM into a readable file descriptor while workers are supervised, and
-    pass SIGUSR2 on to ``workers`` (a list filled as they start), whose reports go to
-    `reports` (`report_dir` of this process). On exit the previous handlers come back and
-    the workers' job cards go, with those of processes that are gone.
+    """Turn SIGINT/SIGTERM into KeyboardInterrupt/SystemExit(128 + N) while workers are
+    supervised: at once while the supervisor is ``waiting``, else at its next
+    `raise_if_received` (so a shutdown under way completes). Pass SIGUSR2 on to ``workers``
+    (a list filled as they start), whose reports go to `reports` (`report_dir` of this
+    process). On exit the previous handlers come back and the workers' job cards go, with
+    those of processes that are gone.
 
     Handlers are installed only in the main thread (Python allows no other). A signal that
     was ignored stays ignored.
@@ -32,13 +34,11 @@ class SignalWatch:
 
     def __init__(self, workers: Sequence[Worker]) -> None:
         self.received: int | None = None
+        self.waiting = False
         self.workers = workers
         self.reports = report_dir(os.getpid())
         self._previous: dict[signal.Signals, Any] = {}
         self._passing = passing_on(self._running, self.reports)
-        self.fd, self._write_fd = os.pipe()
-        os.set_blocking(self.fd, False)
-        os.set_blocking(self._write_fd, False)
 
     def __enter__(self) -> SignalWatch:
         prune_cards()
@@ -54,8 +54,6 @@ class SignalWatch:
         self._passing.__exit__(None, None, None)
         for signum, previous in self._previous.items():
             signal.signal(signum, signal.SIG_DFL if previous is None else previous)
-        os.close(self.fd)
-        os.close(self._write_fd)
         remove_cards(w.process.pid for w in self.workers if w.process.pid is not None)
 
     def _running(self) -> dict[int, int]:
@@ -65,12 +63,8 @@ class SignalWatch:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.received is None:
             self.received = signum
-        with contextlib.suppress(OSError):
-            os.write(self._write_fd, b"\0")
-
-    def drain(self) -> None:
-        with contextlib.suppress(OSError):  # nothing to read: another wake-up drained it
-            os.read(self.fd, 4096)
+        if self.waiting:
+            self.raise_if_received()
 
     def raise_if_received(self) -> None:
         if self.received == signal.SIGINT:

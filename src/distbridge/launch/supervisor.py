@@ -1,8 +1,8 @@
 """Start worker processes, wait for them, and make sure none outlives the call.
 
 ``run_workers`` is the engine under ``spawn``. Every worker runs in its own process group,
-so stopping a worker also stops whatever it started. The parent waits on the result pipes,
-the process sentinels and a self-pipe written by its SIGINT/SIGTERM handlers. A failure
+so stopping a worker also stops whatever it started. The parent waits on the result pipes
+and the process sentinels, which SIGINT and SIGTERM interrupt (`_signals`). A failure
 (once the others had ``peer_window`` to report, e.g. `PeerFailed`), the job timeout or a
 signal stops everything: SIGTERM to each group, ``grace_seconds`` to exit, then SIGKILL.
 
@@ -260,13 +260,13 @@ def _supervise(
             break
         if left <= 0:
             _raise_timeout(running, job_timeout, verdict(VERDICT_SECONDS))
-        ready = _wait(running, signals, min(left, _TICK_SECONDS))
+        _wait(running, signals, min(left, _TICK_SECONDS))
         for worker in list(running):
-            # Read a report before looking at the exit code: a worker that reported and
-            # exited must not be mistaken for one that died without a report.
-            if worker.conn in ready or worker.process.exitcode is not None:
-                _receive(worker)
-            if worker.report is None and worker.process.exitcode is None:
+            # The exit code before the report: a worker that exited has sent all it will, so
+            # one that reported and exited is never mistaken for one that died without a word.
+            exited = worker.process.exitcode is not None
+            _receive(worker)
+            if worker.report is None and not exited:
                 continue
             running.remove(worker)
             if worker.report is None:
@@ -282,17 +282,15 @@ def _supervise(
     return [worker.report[1] for worker in workers if worker.report is not None]
 
 
-def _wait(running: list[Worker], signals: SignalWatch, timeout: float) -> set[Any]:
-    """Block until a report, an exit or a signal arrives, or ``timeout`` passes."""
-    watched: list[Any] = [signals.fd]
-    for worker in running:
-        watched.append(worker.process.sentinel)
-        if not worker.conn.closed:
-            watched.append(worker.conn)
-    ready = set(wait(watched, timeout))
-    if signals.fd in ready:
-        signals.drain()
-    return ready
+def _wait(running: list[Worker], signals: SignalWatch, timeout: float) -> None:
+    """Block until a report or an exit arrives, or ``timeout`` passes; a signal raises."""
+    watched: list[Any] = [w.process.sentinel for w in running]
+    watched += [w.conn for w in running if not w.conn.closed]
+    signals.waiting = True
+    try:
+        wait(watched, timeout)
+    finally:
+        signals.waiting = False
 
 
 def _receive(worker: Worker) -> None:
