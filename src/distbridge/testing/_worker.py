@@ -8,8 +8,8 @@ so peers blocked in a collective raise `PeerFailed` instead of waiting for the t
 
 What the parent and a rank send each other over the rank's pipe: the parent starts the rank
 with how it joins the world (`serve`'s arguments), then sends one `Task` per test (made by
-`make_task`) and ``None`` to stop. A rank answers ``("ready", pid)`` or ``("failed",
-traceback)`` once it joined the world, then one `Outcome` per task.
+`make_task`) and ``None`` to stop. A rank answers ``"ready"``, or the traceback of why it
+could not join the world, then one `Outcome` per task.
 """
 
 from __future__ import annotations
@@ -130,9 +130,9 @@ def serve(
             report_on_signal(model)
             _state.install(model)
     except BaseException:
-        conn.send(("failed", traceback.format_exc()))
+        conn.send(traceback.format_exc())
         _flush_and_exit(1)
-    conn.send(("ready", os.getpid()))
+    conn.send("ready")
     while True:
         try:
             task = conn.recv()

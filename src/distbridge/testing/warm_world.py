@@ -217,9 +217,9 @@ class WarmWorld:
             with contextlib.suppress(EOFError, OSError):
                 if member.conn.poll(max(0.0, deadline - time.monotonic())):
                     message = member.conn.recv()
-            if isinstance(message, tuple) and message[0] == "ready":
+            if message == "ready":
                 continue
-            why = message[1] if isinstance(message, tuple) else "it did not answer"
+            why = message or "it did not answer"  # or the traceback it sent
             output = read_log(member.log, 0)[-3000:]
             self.close()
             raise DistributedError(
