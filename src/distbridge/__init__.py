@@ -44,8 +44,8 @@ from distbridge._collectives import (
     reduce_scatter,
     scatter,
 )
+from distbridge._detectron2 import launch
 from distbridge._registry import RegisteredModels, registry
-from distbridge._spawn_by_url import launch
 from distbridge.auto import DistributedProxySampler, auto_dataloader, auto_model, auto_optim
 from distbridge.checkpoint import load_checkpoint, save_checkpoint
 from distbridge.diagnostics import dump_stacks

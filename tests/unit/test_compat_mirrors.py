@@ -61,8 +61,8 @@ def test_the_public_paths_of_each_launcher() -> None:
     assert Parallel is distbridge.Parallel is Written
     assert distbridge.launcher.Parallel is distbridge.compat.ignite_launcher.Parallel
     assert launch is distbridge.launch
-    assert launch.__module__ == "distbridge._spawn_by_url"
-    assert DEFAULT_TIMEOUT is importlib.import_module("distbridge._spawn_by_url").DEFAULT_TIMEOUT
+    assert launch.__module__ == "distbridge._detectron2"
+    assert DEFAULT_TIMEOUT is importlib.import_module("distbridge._detectron2").DEFAULT_TIMEOUT
 
 
 def test_the_old_paths_in_a_fresh_interpreter() -> None:

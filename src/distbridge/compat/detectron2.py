@@ -19,9 +19,9 @@ way round):
 - Not mirrored: detectron2's private helpers and its ``differentiable_all_*`` functions
   (use ``torch.distributed.nn``).
 
-A mirror, no logic: every name is an object of the facade (``distbridge``), of
-``distbridge._comm_signatures`` (detectron2's signatures for the object collectives) or of
-``distbridge._machine_groups`` (the local group in blocks of consecutive ranks).
+A mirror, no logic: every name is an object of the facade (``distbridge``) or of
+``distbridge._detectron2`` (detectron2's signatures for the object collectives, and the local
+group in blocks of consecutive ranks).
 """
 
 from __future__ import annotations
@@ -37,11 +37,13 @@ from distbridge import (
     shared_random_seed,
     synchronize,
 )
-from distbridge._comm_signatures import all_gather, gather, reduce_dict
-from distbridge._machine_groups import (
+from distbridge._detectron2 import (
+    all_gather,
     create_local_process_group,
+    gather,
     get_local_process_group,
     local_process_group_or_none,
+    reduce_dict,
 )
 
 __all__ = [
