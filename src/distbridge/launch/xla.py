@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import shutil
 import signal
 import tempfile
 from collections.abc import Callable, Mapping
@@ -136,20 +135,17 @@ def spawn_xla(
         )
     check_spawn_options(start_method, join)
     fn, args, kwargs_dict = prepare_call(fn, args, kwargs_dict, start_method)
-    folder = tempfile.mkdtemp(prefix="distbridge-xla-")
-    replica = _Replica(
-        make_model, activate, backend, fn, tuple(args), dict(kwargs_dict), nproc_per_node, folder,
-        start_method, report_dir(os.getpid()),
-    )  # fmt: skip
-    failed = None
-    try:
+    with tempfile.TemporaryDirectory(prefix="distbridge-xla-", ignore_cleanup_errors=True) as out:
+        replica = _Replica(
+            make_model, activate, backend, fn, tuple(args), dict(kwargs_dict), nproc_per_node,
+            out, start_method, report_dir(os.getpid()),
+        )  # fmt: skip
+        failed = None
         try:
             run_workers(replica.launch, 1, start_method=start_method, job_timeout=job_timeout)
         except WorkerFailedError as err:
             failed = err
-        return _results(folder, nproc_per_node, failed)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        return _results(out, nproc_per_node, failed)
 
 
 def _results(folder: str, nproc: int, failed: WorkerFailedError | None) -> list[Any]:

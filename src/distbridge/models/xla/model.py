@@ -113,9 +113,11 @@ class XlaModel(ComputationModel):
         )
         self._pg = pg
         self._live = True
-        self._exact: dict[torch.dtype, bool] = {}
+        #: whether the device stores a dtype exactly, probed once per dtype
+        self._holds: Callable[[torch.dtype], bool] = functools.cache(
+            functools.partial(round_trips, device=self._device)
+        )
         self._store: Any = None  # the coordination store (several replicas only)
-        self._reducible: dict[tuple[torch.dtype, str], bool] = {}
 
     # ---- class level -----------------------------------------------------------------------
 
@@ -220,24 +222,17 @@ class XlaModel(ComputationModel):
     def _placement(self, tensor: torch.Tensor) -> torch.device:
         return self._device if _on_xla(tensor) else _CPU  # primitives move the rest
 
-    def _holds(self, dtype: torch.dtype) -> bool:  # does the device store dtype exactly?
-        known = self._exact.get(dtype)
-        if known is None:
-            known = self._exact[dtype] = round_trips(dtype, self._device)
-        return known
-
-    def _reduces(self, dtype: torch.dtype, op: str) -> bool:  # can XLA's all-reduce do it?
-        known = self._reducible.get((dtype, op))
-        if known is None:
-            known = self._reducible[(dtype, op)] = self._xla_reduces(dtype, op)
-        return known
-
-    def _xla_reduces(self, dtype: torch.dtype, op: str) -> bool:
+    def _reduces(self, tensor: torch.Tensor, op: str) -> bool:
+        """Whether XLA's own all-reduce gives ``op`` of ``tensor`` exactly: it reduces the
+        dtype, and the tensor is on the device or the device holds its dtype exactly."""
+        dtype = tensor.dtype
         if op in ("AND", "OR") and dtype is not torch.bool:
             return False  # XLA reduces predicates with and/or, not integer bits
         if dtype.is_floating_point and dtype.itemsize == 1:
             return False  # float8
-        return not (dtype is torch.bfloat16 and self._hw == "CPU")  # "not supported" there
+        if dtype is torch.bfloat16 and self._hw == "CPU":
+            return False  # "not supported" there
+        return _on_xla(tensor) or self._holds(dtype)
 
     def _cpu(self, tensor: torch.Tensor) -> torch.Tensor:
         # Run the pending graph first, as xm.rendezvous does: XLA chains collectives through
@@ -251,11 +246,10 @@ class XlaModel(ComputationModel):
 
     @override
     def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        on_xla = tensor.is_xla  # type: ignore[attr-defined]  # (missing from the stubs)
-        if self._reduces(tensor.dtype, op) and (on_xla or self._holds(tensor.dtype)):
+        if self._reduces(tensor, op):
+            on_xla = _on_xla(tensor)
             work = tensor if on_xla else tensor.to(self._device)
-            groups = None if group is None else [list(group.ranks)]
-            self._xm.all_reduce(_XM_OPS[op], [work], groups=groups)
+            self._xm.all_reduce(_XM_OPS[op], [work], groups=self._replica_groups(group))
             if op == "AVG":
                 work.div_(self._group_size(group))
             return work if on_xla else self._cpu(work)
@@ -280,9 +274,9 @@ class XlaModel(ComputationModel):
         size = self._group_size(group)
         if tensor.numel() == 0:  # as in _do_all_gather
             return tensor.new_empty((tensor.shape[0] // size, *tensor.shape[1:]))
-        on_xla = _on_xla(tensor)
-        if not (self._reduces(tensor.dtype, op) and (on_xla or self._holds(tensor.dtype))):
+        if not self._reduces(tensor, op):
             return super()._do_reduce_scatter(tensor, op, group)
+        on_xla = _on_xla(tensor)
         work = tensor if on_xla else tensor.to(self._device)
         groups = self._replica_groups(group)
         out: torch.Tensor = self._xm.reduce_scatter(_XM_OPS[op], work, 1.0, 0, size, groups=groups)
@@ -327,16 +321,11 @@ class XlaModel(ComputationModel):
         # Untested here (the XLA CPU device cannot replicate): under torchrun the "xla" process
         # group's store; under xmp.spawn rank 0 hosts a TCPStore and broadcasts its address.
         if self._store is None and self._layout.world_size > 1:
-            self._store = self._replica_store()  # several replicas only
+            pg = None if self._pg is None else coordination.default_store()  # several replicas only
+            send = functools.partial(self._do_broadcast, src=0, group=None)  # several replicas only
+            where = self._layout.rank, self._layout.nnodes  # several replicas only
+            self._store = coordination.job_store(*where, pg, send)  # several replicas only
         return self._store
-
-    def _replica_store(self) -> Any:  # several replicas only
-        pg_store = None  # several replicas only
-        if self._pg is not None:  # torchrun's "xla" group  # several replicas only
-            pg_store = coordination.default_store()  # several replicas only
-        share = functools.partial(self._do_broadcast, src=0, group=None)  # several replicas only
-        rank, nnodes = self._layout.rank, self._layout.nnodes  # several replicas only
-        return coordination.job_store(rank, nnodes, pg_store, share)  # several replicas only
 
     @override
     def _do_barrier(self, group: Any) -> None:
@@ -344,10 +333,8 @@ class XlaModel(ComputationModel):
             self._xm.rendezvous("distbridge.barrier")
             return
         # xm.rendezvous takes only the whole world: a sub-group waits on a tiny all-reduce.
-        groups = self._replica_groups(group)  # several replicas only
-        token = [torch.zeros(1, dtype=torch.uint8, device=self._device)]  # several replicas only
-        self._xm.all_reduce("sum", token, groups=groups)  # several replicas only
-        self._cpu(token[0])  # several replicas only
+        token = torch.zeros(1, dtype=torch.uint8, device=self._device)  # several replicas only
+        self._cpu(self._do_all_reduce(token, "SUM", group))  # several replicas only
 
     @override
     def _make_group(self, ranks: tuple[int, ...], **kwargs: Any) -> Any:
