@@ -448,10 +448,7 @@ class ComputationModel(BackendPrimitives):
         dtype = torch.float64 if kind == codec.KIND_FLOAT or name == "AVG" else torch.int64
         value = float(x) if dtype is torch.float64 else codec.encode_number(x, kind)
         tensor = torch.tensor([value], dtype=dtype, device=self._number_device(dtype))
-        # MIN / MAX of a float: IEEE's, through integer keys made in tensor's memory
-        work, back = carriers.reduction_carrier(tensor, name, self.uncarried_dtypes, in_place=True)
-        out = self._reduce_placed(work, name, resolved)
-        result = self._number_value(out if back is None else back(out))
+        result = self._number_value(self._reduce_tensor(tensor, name, resolved, tensor.device))
         if name == "AVG" or kind == codec.KIND_FLOAT:
             return float(result)
         if kind == codec.KIND_BOOL and name in ("AND", "OR", "MIN", "MAX"):
@@ -461,27 +458,24 @@ class ComputationModel(BackendPrimitives):
     def _reduce_tensor(
         self, x: torch.Tensor, op: str, group: Any, device: torch.device
     ) -> torch.Tensor:
-        """All-reduce tensor ``x`` in place with canonical ``op``, through ``device`` (its
-        placement) and a carrier where the backend cannot reduce its dtype as it is."""
+        """All-reduce tensor ``x`` in place with canonical ``op`` (AVG as SUM and a division
+        where the backend does not average), through ``device`` (its placement) and a carrier
+        where the backend cannot reduce its dtype as it is (MIN / MAX of a float: IEEE's,
+        through integer keys)."""
         work, back = carriers.reduction_carrier(
             self.to_placement(x, device), op, self.uncarried_dtypes, in_place=True
         )
-        if back is None:
-            return write_back(x, self._reduce_placed(work, op, group))
         try:
-            out = self._reduce_placed(work, op, group)
+            if op == "AVG" and not self._native_avg():
+                out = divide_(self._do_all_reduce(work, "SUM", group), self._group_size(group))
+            else:
+                out = self._do_all_reduce(work, op, group)
         except BaseException:
-            with contextlib.suppress(Exception):
-                back(work)  # the carrier may have made float MIN / MAX keys in x: x again
+            if back is not None:
+                with contextlib.suppress(Exception):
+                    back(work)  # the carrier may have made float MIN / MAX keys in x: x again
             raise
-        return write_back(x, back(out))
-
-    def _reduce_placed(self, work: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        """All-reduce ``work``, already on its placement in a dtype the backend carries, with
-        canonical ``op`` (AVG as SUM and a division where the backend does not average)."""
-        if op == "AVG" and not self._native_avg():
-            return divide_(self._do_all_reduce(work, "SUM", group), self._group_size(group))
-        return self._do_all_reduce(work, op, group)
+        return write_back(x, out if back is None else back(out))
 
     def __repr__(self) -> str:
         return (
