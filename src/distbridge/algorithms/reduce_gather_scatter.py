@@ -106,20 +106,17 @@ def gather(
     table = None if same_shape else shape_rows.exchange(model, [mine], resolved)
     if mine[0] == shape_rows.BAD:
         raise TypeError(shape_rows.why_bad(x, "gather's tensor"))
-    if table is None:  # one shape everywhere: nothing to trim
-        work = model.to_placement(x)
-        parts = _do_gather(model, work, dst, resolved)
-        if resolved is None and work is x and x.dtype not in model.uncarried_dtypes:
-            model.fast_gather.remember(x)  # went as it was: see gather_known
-        if not is_dst or parts is None:
-            return []
-        return parts if parts[0].device == x.device else [p.to(x.device) for p in parts]
-    shapes = shape_rows.decode(table)[1]  # any number of dims on each rank
-    length = _longest(shapes)
-    parts = _do_gather(model, model.to_placement(_flat_padded(x, length)), dst, resolved)
+    # any number of dims on each rank, sent flat and cut back; one shape everywhere: as it is
+    shapes = None if table is None else shape_rows.decode(table)[1]
+    work = model.to_placement(x if shapes is None else _flat_padded(x, _longest(shapes)))
+    parts = _do_gather(model, work, dst, resolved)
+    if resolved is None and work is x and x.dtype not in model.uncarried_dtypes:
+        model.fast_gather.remember(x)  # went as it was (same_shape): see gather_known
     if not is_dst or parts is None:
         return []
-    return [_cut(p, s).to(x.device) for p, s in zip(parts, shapes, strict=True)]
+    if shapes is not None:
+        parts = [_cut(p, s) for p, s in zip(parts, shapes, strict=True)]
+    return parts if parts[0].device == x.device else [p.to(x.device) for p in parts]
 
 
 def _do_gather(model: ModelContract, work: torch.Tensor, dst: int, group: Any) -> list[Any] | None:
