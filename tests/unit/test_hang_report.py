@@ -4,6 +4,7 @@ rank that no longer answers."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -148,6 +149,30 @@ def test_a_dump_directory_that_cannot_be_written_leaves_the_reporter_answering(
         done.set()
         reporter.stop()
     assert reports[0].answered and reports[0].records[-1].op == "all_reduce"
+
+
+@pytest.mark.parametrize("where", ["a_file", "a_file/below"])
+def test_a_dump_directory_that_is_no_folder_is_named_with_the_fix(
+    store: TCPStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    # it was a bare FileExistsError / NotADirectoryError from os.makedirs inside initialize
+    (tmp_path / "a_file").write_text("")
+    bad = str(tmp_path / where)
+    monkeypatch.setenv(hang_report.DIR_ENV_VAR, bad)
+    with pytest.raises(ValueError, match=r"DISTBRIDGE_HANG_DIR=.*writable folder, or unset it"):
+        Reporter(store, 0, current().ledger, lambda: True, world_size=1)
+    with pytest.raises(ValueError, match=re.escape(repr(bad))):
+        hang_report.hang_dir()
+
+
+def test_a_dump_directory_without_write_permission_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(hang_report.DIR_ENV_VAR, str(tmp_path))
+    assert hang_report.hang_dir() == str(tmp_path)
+    monkeypatch.setattr(hang_report.os, "access", lambda path, mode: False)  # root writes all
+    with pytest.raises(ValueError, match="permission denied"):
+        hang_report.hang_dir()
 
 
 class _Unreachable:

@@ -79,6 +79,25 @@ def test_sigusr2_writes_the_report_from_the_thread(
     assert signal.set_wakeup_fd(-1) == -1  # the wake-up descriptor was given back
 
 
+def test_a_report_that_cannot_be_written_is_said_on_stderr(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    restored: None,
+) -> None:
+    # the OSError was swallowed: SIGUSR2 left no file and no word of why
+    (tmp_path / "a_file").write_text("")
+    monkeypatch.setenv("DISTBRIDGE_HANG_DIR", str(tmp_path / "a_file"))
+    watch_signals(_TwoRanks(current().ledger))
+    os.kill(os.getpid(), DUMP_SIGNAL)
+    said, deadline = "", time.monotonic() + 10
+    while "could not write" not in said:
+        assert time.monotonic() < deadline, f"no word on stderr within 10 s: {said!r}"
+        time.sleep(0.01)
+        said += capfd.readouterr().err
+    assert "a_file" in said and "set DISTBRIDGE_HANG_DIR to a writable folder" in said
+
+
 def test_a_handler_of_the_user_is_left_alone(
     monkeypatch: pytest.MonkeyPatch, restored: None
 ) -> None:

@@ -59,6 +59,7 @@ __all__ = [
     "Reporter",
     "ask_job",
     "collect",
+    "hang_dir",
     "job_verdict",
     "read_dump_dir",
     "report",
@@ -180,9 +181,7 @@ class Reporter(StoreThread):
         self._engine_read: tuple[int, float, dict[str, Any] | None] | None = None
         self._published = -1
         self._written = 0.0  # when the dump file was last written (monotonic)
-        self._dir = os.environ.get(DIR_ENV_VAR) or None
-        if self._dir:
-            os.makedirs(self._dir, exist_ok=True)
+        self._dir = hang_dir()
         # the store first: one out of reach raises before the fault dump is on
         self._seen = int(self._store.add(REQUEST_KEY, 0))
         self._store.set(WORLD_KEY, str(world_size))
@@ -231,6 +230,28 @@ class Reporter(StoreThread):
         if read is None or read[0] != version or now - read[1] >= ENGINE_REFRESH_SECONDS:
             read = self._engine_read = (version, now, _engine_part(self._engine, SHOWN))
         return read[2]
+
+
+def hang_dir() -> str | None:
+    """``DISTBRIDGE_HANG_DIR``, made when missing (None when unset); ValueError naming it and
+    the fix when this process cannot write there. Read as a `Reporter` starts
+    (``initialize``), so that a bad folder is told then, not found empty after a hang."""
+    path = os.environ.get(DIR_ENV_VAR)
+    if not path:
+        return None
+    try:
+        os.makedirs(path, exist_ok=True)
+        problem = None if os.access(path, os.W_OK | os.X_OK) else "permission denied"
+    except FileExistsError:
+        problem = "it is a file"
+    except OSError as err:
+        problem = err.strerror or str(err)
+    if problem is not None:
+        raise ValueError(
+            f"{DIR_ENV_VAR}={path!r} is not a folder this process can write its hang report "
+            f"to ({problem}): set it to a writable folder, or unset it."
+        )
+    return path
 
 
 def write_report(directory: str, rank: int, data: Mapping[str, Any]) -> str:

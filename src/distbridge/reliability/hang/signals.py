@@ -171,11 +171,15 @@ class _Watch:
         -1: a process that only passes the signal on)."""
         if self.rank < 0:
             return
-        with contextlib.suppress(OSError):
+        try:
             os.makedirs(self.dump_dir, exist_ok=True)
             data = report(self.rank, self.ledger, self.engine)
-            path = write_report(self.dump_dir, self.rank, data)
-            print(f"distbridge: rank {self.rank} wrote its hang report to {path}", file=sys.stderr)
+            said = f"wrote its hang report to {write_report(self.dump_dir, self.rank, data)}"
+        except OSError as err:  # a signal's handler raises nothing: it says why instead
+            said = (
+                f"could not write its hang report ({err}): set {DIR_ENV_VAR} to a writable folder"
+            )
+        print(f"distbridge: rank {self.rank} {said}", file=sys.stderr)
 
     def uninstall(self) -> None:
         """Put the previous handlers back and end the thread."""
