@@ -84,9 +84,17 @@ def auto_model(
             f"auto_model() got strategy={strategy!r}; the strategies are "
             f"{', '.join(map(repr, _STRATEGIES))}: pass one of them."
         )
-    if strategy == "fsdp":
-        return _auto_fsdp(model, sync_bn, shard_modules, kwargs)
-    if shard_modules is not None:
+    model_name, world = _api.model_name(), _api.get_world_size()
+    fsdp = strategy == "fsdp"
+    if fsdp:
+        if model_name not in ("native-dist", "serial"):
+            raise DistributedError(
+                f"auto_model(strategy='fsdp') shards with torch.distributed's FSDP2, which the "
+                f"active model {model_name!r} cannot run; use strategy='ddp' (the default) there."
+            )
+        check_shard_options(kwargs)
+        chosen = chosen_submodules(model, shard_modules)  # the same errors without a context
+    elif shard_modules is not None:
         raise TypeError(
             "auto_model() got shard_modules with strategy='ddp'; it chooses FSDP2's units: "
             "pass strategy='fsdp' with it, or drop it."
@@ -94,17 +102,20 @@ def auto_model(
     data_parallel = bool(kwargs.pop("data_parallel", False))
     device = _api.device()
     model = model.to(device)
-    model_name, world = _api.model_name(), _api.get_world_size()
-    if model_name == "native-dist" and world > 1:
+    if model_name == "native-dist" and (world > 1 or fsdp):  # FSDP2 shards a world of one too
         if sync_bn:
             _info(_model_log, "Convert batch norm to sync batch norm")
             model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)  # type: ignore[no-untyped-call]
+        if fsdp:
+            return fully_shard_model(model, chosen, kwargs)
         message = "Apply torch DistributedDataParallel on model"
         if device.type == "cuda":
             kwargs.setdefault("device_ids", [device.index])
             message += f", device id: {device.index}"
         _info(_model_log, message)
         return torch.nn.parallel.DistributedDataParallel(model, **kwargs)
+    if fsdp:  # serial: the model on the device, unsharded
+        return model
     if kwargs:
         raise TypeError(
             f"auto_model() got keyword arguments {sorted(kwargs)} that only apply to "
@@ -121,29 +132,6 @@ def auto_model(
         _info(_model_log, "Apply torch DataParallel on model")
         return torch.nn.DataParallel(model)
     return model
-
-
-def _auto_fsdp(
-    model: torch.nn.Module,
-    sync_bn: bool,
-    shard_modules: ShardModules | None,
-    kwargs: dict[str, Any],
-) -> torch.nn.Module:
-    """auto_model's FSDP2 branch: refuse models without torch.distributed, then shard."""
-    model_name = _api.model_name()
-    if model_name not in ("native-dist", "serial"):
-        raise DistributedError(
-            f"auto_model(strategy='fsdp') shards with torch.distributed's FSDP2, which the "
-            f"active model {model_name!r} cannot run; use strategy='ddp' (the default) there."
-        )
-    check_shard_options(kwargs)
-    chosen = chosen_submodules(model, shard_modules)  # the same errors without a context
-    model = model.to(_api.device())
-    if model_name == "serial":
-        return model
-    if sync_bn:
-        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)  # type: ignore[no-untyped-call]
-    return fully_shard_model(model, chosen, kwargs)
 
 
 def auto_optim(optimizer: torch.optim.Optimizer, **kwargs: Any) -> torch.optim.Optimizer:
