@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
+from distbridge._types import Group
 from distbridge.algorithms.byte_view import as_bytes, from_bytes
 from distbridge.algorithms.groups import NOT_A_MEMBER
 
@@ -201,8 +202,9 @@ def _filled(frame: Frame, size: int) -> torch.Tensor:
 
 
 def all_gather_object(
-    model: ModelContract, obj: Any, group: Any, serializer: Serializer | None
+    model: ModelContract, obj: Any, group: Group | None = None, serializer: Serializer | None = None
 ) -> list[Any]:
+    """Every rank's ``obj``; see ``distbridge.all_gather_object``."""
     resolved = model.groups.resolve(group)
     if resolved is NOT_A_MEMBER:
         return [obj]
@@ -223,8 +225,13 @@ def all_gather_object(
 
 
 def gather_object(
-    model: ModelContract, obj: Any, dst: int, group: Any, serializer: Serializer | None
+    model: ModelContract,
+    obj: Any,
+    dst: int = 0,
+    group: Group | None = None,
+    serializer: Serializer | None = None,
 ) -> list[Any]:
+    """Every rank's ``obj`` on ``dst``; see ``distbridge.gather_object``."""
     resolved = model.groups.resolve(group)
     model.check_root("dst", dst, resolved)
     if resolved is NOT_A_MEMBER:
@@ -279,8 +286,13 @@ def _frames_from_src(
 
 
 def broadcast_object(
-    model: ModelContract, obj: Any, src: int, group: Any, serializer: Serializer | None
+    model: ModelContract,
+    obj: Any,
+    src: int = 0,
+    group: Group | None = None,
+    serializer: Serializer | None = None,
 ) -> Any:
+    """Rank ``src``'s ``obj`` on every rank; see ``distbridge.broadcast_object``."""
     resolved = model.groups.resolve(group)
     model.check_root("src", src, resolved)
     if resolved is NOT_A_MEMBER:
@@ -297,8 +309,13 @@ def broadcast_object(
 
 
 def scatter_object(
-    model: ModelContract, objs: Any, src: int, group: Any, serializer: Serializer | None
+    model: ModelContract,
+    objs: Any,
+    src: int = 0,
+    group: Group | None = None,
+    serializer: Serializer | None = None,
 ) -> Any:
+    """``objs[r]`` from ``src`` on group rank r; see ``distbridge.scatter_object``."""
     resolved = model.groups.resolve(group)
     model.check_root("src", src, resolved)
     if resolved is NOT_A_MEMBER:

@@ -34,7 +34,6 @@ from distbridge.algorithms import (
     values,
 )
 from distbridge.algorithms.checks import check_dense, check_reducible, divide_, write_back
-from distbridge.algorithms.object_collectives import Serializer
 from distbridge.models._primitives import NOT_A_MEMBER, BackendPrimitives
 from distbridge.reliability import debug, fail_together
 from distbridge.reliability.hang.ledger import Entry
@@ -75,7 +74,8 @@ def collective(
 
     def decorate(method: _Method) -> _Method:
         signature = inspect.signature(method)
-        x_name = list(signature.parameters)[1] if x_at == 0 else ""
+        params = list(signature.parameters)  # the model's ("self"), the payload's, ...
+        x_name = params[1] if x_at == 0 else ""
 
         def compare(self: Any, given: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             """Debug mode: the members of the group compare this call before it runs, and
@@ -87,7 +87,7 @@ def collective(
                 return
             bound.apply_defaults()
             named = bound.arguments
-            del named["self"]
+            del named[params[0]]
             named["x"] = named.pop(x_name)
             self._debug_checker.check(self, op, named.pop("group"), named)
 
@@ -380,45 +380,11 @@ class ComputationModel(BackendPrimitives):
                 return got
         return _all_to_all.all_to_all(self, tensors, group, same_shape)
 
-    @collective("all_gather_object", 0, 1)
-    def all_gather_object(
-        self, obj: Any, group: Group | None = None, serializer: Serializer | None = None
-    ) -> list[Any]:
-        """Every rank's ``obj``; see ``distbridge.all_gather_object``."""
-        return object_collectives.all_gather_object(self, obj, group, serializer)
-
-    @collective("gather_object", 0, 2)
-    def gather_object(
-        self,
-        obj: Any,
-        dst: int = 0,
-        group: Group | None = None,
-        serializer: Serializer | None = None,
-    ) -> list[Any]:
-        """Every rank's ``obj`` on ``dst``; see ``distbridge.gather_object``."""
-        return object_collectives.gather_object(self, obj, dst, group, serializer)
-
-    @collective("broadcast_object", 0, 2)
-    def broadcast_object(
-        self,
-        obj: Any,
-        src: int = 0,
-        group: Group | None = None,
-        serializer: Serializer | None = None,
-    ) -> Any:
-        """Rank ``src``'s ``obj`` on every rank; see ``distbridge.broadcast_object``."""
-        return object_collectives.broadcast_object(self, obj, src, group, serializer)
-
-    @collective("scatter_object", 0, 2)
-    def scatter_object(
-        self,
-        objs: Any,
-        src: int = 0,
-        group: Group | None = None,
-        serializer: Serializer | None = None,
-    ) -> Any:
-        """``objs[r]`` from ``src`` on group rank r; see ``distbridge.scatter_object``."""
-        return object_collectives.scatter_object(self, objs, src, group, serializer)
+    # The object collectives are algorithms/object_collectives.py's functions, recorded.
+    all_gather_object = collective("all_gather_object", 0, 1)(object_collectives.all_gather_object)
+    gather_object = collective("gather_object", 0, 2)(object_collectives.gather_object)
+    broadcast_object = collective("broadcast_object", 0, 2)(object_collectives.broadcast_object)
+    scatter_object = collective("scatter_object", 0, 2)(object_collectives.scatter_object)
 
     # ---- debug mode --------------------------------------------------------------------------
 
