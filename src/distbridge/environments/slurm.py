@@ -60,8 +60,9 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
     """
     rank = read_int(env, "SLURM_PROCID")
     step = None if rank is None else read_int(env, _first_key(env, "SLURM_STEP_ID", "SLURM_STEPID"))
+    job = env.get(_first_key(env, "SLURM_JOB_ID", "SLURM_JOBID"))
     if rank is None or step is None:
-        _warn_if_job_shell(env)
+        _warn_no_srun(job, read_int(env, _first_key(env, "SLURM_NTASKS", "SLURM_NPROCS")))
         return None
     size_key = _first_key(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
     world_size = read_int(env, size_key)
@@ -81,7 +82,6 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
         names["nnodes"] = f"the {nnodes} hosts of {list_key}={env[list_key]}"
     node_rank = read_int(env, "SLURM_NODEID")
     local_world_size, names["local_world_size"] = _local_world_size(env, node_rank, nnodes)
-    job = env.get(_first_key(env, "SLURM_JOB_ID", "SLURM_JOBID"))
     first_host = hosts[0] if hosts else None
     return LaunchEnvironment(
         launcher=LAUNCHER,
@@ -209,24 +209,19 @@ def _local_world_size(
     return None, ""  # unknown: never shown
 
 
-def _warn_if_job_shell(env: Mapping[str, str]) -> None:
-    """Warn (once) when this looks like a batch or salloc shell of a multi-task job."""
-    job = env.get(_first_key(env, "SLURM_JOB_ID", "SLURM_JOBID"))
-    ntasks = read_int(env, _first_key(env, "SLURM_NTASKS", "SLURM_NPROCS"))
-    if job and ntasks is not None and ntasks > 1:
-        _warn_no_srun(job, ntasks)
-
-
 @functools.cache
-def _warn_no_srun(job: str, ntasks: int) -> None:
-    warnings.warn(
-        f"SLURM job {job} asks for {ntasks} tasks, but this process was not started by srun "
-        "(SLURM_STEP_ID is unset: an sbatch or salloc shell). It runs alone: a process group "
-        f"of {ntasks} would wait for ranks that never start. Start it with `srun python ...` "
-        "inside the job.",
-        RuntimeWarning,
-        stacklevel=2,
-    )
+def _warn_no_srun(job: str | None, ntasks: int | None) -> None:
+    """Warn (once per job) when a process that srun did not start is in a job of several
+    tasks: a batch or salloc shell."""
+    if job and ntasks is not None and ntasks > 1:
+        warnings.warn(
+            f"SLURM job {job} asks for {ntasks} tasks, but this process was not started by srun "
+            "(SLURM_STEP_ID is unset: an sbatch or salloc shell). It runs alone: a process "
+            f"group of {ntasks} would wait for ranks that never start. Start it with `srun "
+            "python ...` inside the job.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 def _first_key(env: Mapping[str, str], *keys: str) -> str:
