@@ -358,10 +358,11 @@ def test_the_excepthook_leaves_a_note_and_chains_on(monkeypatch: pytest.MonkeyPa
     dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
     torch_hook = sys.excepthook  # torch wraps the hook to prefix the rank
     try:
-        fail_together.install_excepthook(0)
+        torn_down: list[str] = []
+        fail_together.install_excepthook(0, 1, lambda: torn_down.append("after the traceback"))
         assert sys.excepthook is not torch_hook
         sys.excepthook(ValueError, ValueError("uncaught"), None)
-        assert seen == ["uncaught"]
+        assert seen == ["uncaught"] and torn_down == ["after the traceback"]
         note = fail_together.read_failure(dist.distributed_c10d._get_default_store())
         assert note == (0, "ValueError: uncaught")
         fail_together.uninstall_excepthook()

@@ -211,16 +211,15 @@ def read_failure(store: Any) -> tuple[int, str] | None:
         return None
 
 
-def leave(rank: int, world_size: int, teardown: Teardown | None, store: Any) -> None:
+def leave(rank: int, world_size: int, teardown: Teardown, store: Any) -> None:
     """Tell the peers through ``store`` that this rank leaves the job (``finalize``): as a
     failure when an exception is propagating (other than a clean ``SystemExit``), then
     ``teardown()`` (abort the communicator); else as a normal exit."""
     exc = sys.exc_info()[1]
     if exc is not None and not (isinstance(exc, SystemExit) and exc.code in (None, 0)):
         record_failure(store, rank, summarize(exc), world_size)
-        if teardown is not None:
-            with contextlib.suppress(Exception):
-                teardown()
+        with contextlib.suppress(Exception):
+            teardown()
         return
     with contextlib.suppress(Exception):  # the store's host is gone: nobody to tell
         store.set(_LEFT_KEY.format(rank=rank), "1")
@@ -253,7 +252,7 @@ class _FailureHook:
     rank: int
     world_size: int
     previous: _Hook
-    teardown: Teardown | None
+    teardown: Teardown
     store_of: Callable[[], Any]
 
     def __call__(
@@ -267,15 +266,14 @@ class _FailureHook:
         try:
             return self.previous(kind, exc, tb)
         finally:
-            if self.teardown is not None:
-                with contextlib.suppress(Exception):
-                    self.teardown()
+            with contextlib.suppress(Exception):
+                self.teardown()
 
 
 def install_excepthook(
     rank: int,
-    world_size: int = 0,
-    teardown: Teardown | None = None,
+    world_size: int,
+    teardown: Teardown,
     store_of: Callable[[], Any] = coordination.default_store,
 ) -> None:
     """Make an uncaught exception on this rank leave a failure note for its peers, then call
