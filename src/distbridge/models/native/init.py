@@ -81,17 +81,18 @@ def init_process_group(
     extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
     if device_id is not None:
         extra["device_id"] = device_id
-    if init_method is not None or rank is not None or world_size is not None:
+    explicit = init_method is not None or rank is not None or world_size is not None
+    how = "explicit" if explicit else rendezvous(launch, backend, os.environ)
+    if how in ("explicit", "env"):
         # rank and world size not given: the launcher's (RANK / WORLD_SIZE), as ignite reads them
         if launch is not None:
             rank = launch.rank if rank is None else rank
             world_size = launch.world_size if world_size is None else world_size
         init_method = init_method or "env://"
-        if init_method.startswith("env://"):
-            fill_rendezvous_defaults()
-        _meet_peers(backend, extra, init_method, rank, world_size)
+        filled = fill_rendezvous_defaults() if init_method.startswith("env://") else []
+        note = f" ({', '.join(filled)} unset: ignite's default)" if filled else ""
+        _meet_peers(backend, extra, init_method, rank, world_size, note)
         return
-    how = rendezvous(launch, backend, os.environ)
     if how == "in-memory":
         dist.init_process_group(backend, store=HashStore(), rank=0, world_size=1, **extra)
         return
@@ -117,10 +118,6 @@ def init_process_group(
                 f"start-up. Start every node with the same nnodes, master_addr and master_port. "
                 f"({err})"
             ) from err
-    else:
-        filled = fill_rendezvous_defaults()
-        note = f" ({', '.join(filled)} unset: ignite's default)" if filled else ""
-        _meet_peers(backend, extra, "env://", launch.rank, launch.world_size, note)
 
 
 def rendezvous(launch: LaunchEnvironment | None, backend: str, env: Mapping[str, str]) -> str:
