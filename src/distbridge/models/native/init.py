@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import os
 from collections.abc import Mapping
@@ -192,8 +191,6 @@ def bound_device(backend: str, local_rank: int | None) -> torch.device | None:
     start-up and its errors surface in ``initialize``; None otherwise (torch binds lazily)."""
     if local_rank is None or takes_cpu_tensors(backend):
         return None
-    if "device_id" not in inspect.signature(dist.init_process_group).parameters:
-        return None  # torch < 2.3
     return torch.device(backend_device_types(backend)[0], local_rank)
 
 
