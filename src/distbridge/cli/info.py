@@ -155,8 +155,7 @@ def _plan(
         plan.update(rendezvous="invalid", summary=f"none: initialize() would fail: {error}")
     if launch is None:
         return plan
-    fields = ("rank", "world_size", "local_rank", "master_addr", "master_port")
-    plan.update({key: getattr(launch, key) for key in fields})
+    plan.update(rank=launch.rank, world_size=launch.world_size, local_rank=launch.local_rank)
     name, how = launch.launcher, rendezvous(launch, plan["backend"], env)
     addr, port = launch.master_addr, launch.master_port
     if how == "env":  # initialize fills in ignite's default where unset
