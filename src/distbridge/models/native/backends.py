@@ -36,7 +36,6 @@ __all__ = [
     "native_backends",
     "nccl_gpu_problem",
     "optional_argument",
-    "spawn_gpu_problem",
 ]
 
 
@@ -109,20 +108,16 @@ def backend_problem(backend: str) -> str | None:
     return None
 
 
-def spawn_gpu_problem(processes_on_node: int) -> str | None:
-    """Why NCCL workers cannot start here, ``processes_on_node`` of them, or None if they can
-    (spawn asks before any worker starts)."""
-    return nccl_gpu_problem(visible_gpus(), processes_on_node=processes_on_node)
-
-
 def nccl_gpu_problem(
-    gpus: int, *, processes_on_node: int | None = None, local_rank: int | None = None
+    processes_on_node: int | None = None, local_rank: int | None = None, *, gpus: int | None = None
 ) -> str | None:
-    """Why NCCL cannot give each process of this node a GPU of its own, or None if it can.
+    """Why NCCL cannot give each process of this node a GPU of its own (of ``gpus``; None: the
+    visible ones), or None if it can. ``spawn`` asks it before any worker starts.
 
     NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), and local rank ``r``
     computes on ``cuda:r``; a process without a GPU would fail later, or hang its peers.
     """
+    gpus = visible_gpus() if gpus is None else gpus
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     seen = f"{gpus} visible CUDA GPU{'' if gpus == 1 else 's'}" + (
         "" if visible is None else f" (CUDA_VISIBLE_DEVICES={visible!r})"
@@ -147,9 +142,7 @@ def nccl_gpu_problem(
 
 def check_nccl_gpus(processes_on_node: int | None, local_rank: int | None) -> None:
     """``DistributedError`` with ``nccl_gpu_problem``'s reason, if there is one."""
-    problem = nccl_gpu_problem(
-        visible_gpus(), processes_on_node=processes_on_node, local_rank=local_rank
-    )
+    problem = nccl_gpu_problem(processes_on_node, local_rank)
     if problem is not None:
         raise DistributedError(problem)
 

@@ -37,8 +37,8 @@ from distbridge.models.native.backends import (
     backend_problem,
     check_group_options,
     device_for,
+    nccl_gpu_problem,
     optional_argument,
-    spawn_gpu_problem,
 )
 from distbridge.models.native.init import as_timeout, join_job
 from distbridge.reliability import coordination, fail_together
@@ -156,7 +156,7 @@ class NativeModel(ComputationModel):
     @override
     def _launcher(cls, options: dict[str, Any]) -> Callable[..., SpawnResult]:
         if options.get("backend") == "nccl":
-            return functools.partial(spawn_native, gpu_problem=spawn_gpu_problem)
+            return functools.partial(spawn_native, gpu_problem=nccl_gpu_problem)
         return spawn_native
 
     # ---- queries -----------------------------------------------------------------------------
