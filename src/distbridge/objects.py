@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 import torch
 
-from distbridge._collectives import all_reduce, broadcast, reduce
+from distbridge._collectives import all_gather, all_reduce, broadcast, reduce
 from distbridge._state import current
 from distbridge._types import Group
 from distbridge.algorithms.object_collectives import Serializer
@@ -36,6 +36,7 @@ __all__ = [
 
 T = TypeVar("T")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_REFUSED = -1  # a header's count of float values from a rank whose dict _flatten refused
 
 
 def all_gather_object(
@@ -140,13 +141,64 @@ def _cat(parts: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
     return torch.cat(parts) if parts else torch.empty(0, dtype=dtype)
 
 
-def _fingerprint(d: Mapping[str, Any], keys: list[str]) -> int:
-    """A small number describing keys, kinds and shapes: equal on ranks that agree."""
-    described = [
-        (k, tuple(getattr(d[k], "shape", ())), isinstance(d[k], torch.Tensor)) for k in keys
-    ]
-    # below 2**16: the sums of marks and their squares stay exact in float64
-    return zlib.crc32(repr(described).encode()) % 65_521 + 1
+def _describe(d: Mapping[str, Any], keys: list[str]) -> list[tuple[str, str]]:
+    """Each key with what its value is: "int", "float" or "float tensor of shape (2, 3)"."""
+    described = []
+    for key in keys:
+        value = d[key]
+        kind = "float" if _is_float(value) else "int"
+        if isinstance(value, torch.Tensor):
+            kind = f"{kind} tensor of shape {tuple(value.shape)}"
+        described.append((key, kind))
+    return described
+
+
+def _differences(per_rank: list[list[tuple[str, str]]], what: str) -> str:
+    """The message naming each key whose value differs across ranks, and how."""
+    dicts = [dict(described) for described in per_rank]
+    lines = []
+    for key in sorted(set().union(*dicts)):
+        ranks_by_kind: dict[str, list[int]] = {}
+        for rank, described in enumerate(dicts):
+            ranks_by_kind.setdefault(described.get(key, "missing"), []).append(rank)
+        if len(ranks_by_kind) > 1:
+            found = (f"{kind} on group rank(s) {ranks}" for kind, ranks in ranks_by_kind.items())
+            lines.append(f"{key!r}: {', '.join(found)}")
+    more = f"; and {len(lines) - 5} more keys" if len(lines) > 5 else ""
+    return (
+        f"{what}: the dictionaries differ across ranks ({'; '.join(lines[:5])}{more}). Pass "
+        "the same keys with the same kinds (float or int) and shapes on every rank."
+    )
+
+
+def _flatten_agreed(
+    d: Mapping[str, Any], group: Group | None, what: str
+) -> tuple[list[str], torch.Tensor, torch.Tensor, int]:
+    """``_flatten(d)`` and the number of ranks, once every rank has seen every rank's header:
+    a dict that any rank could not flatten, or that differs across ranks in keys, kinds or
+    shapes, raises on every rank alike, before the reduction that would hang or mix them up."""
+    problem: Exception | None = None
+    try:
+        keys, floats, ints = _flatten(d)
+        described = _describe(d, keys)
+        fingerprint = zlib.crc32(repr(described).encode())
+        header = [fingerprint, floats.numel(), ints.numel()]
+    except (TypeError, ValueError) as err:
+        problem = err
+        header = [0, _REFUSED, int(isinstance(err, ValueError))]
+    rows = all_gather(torch.tensor(header, dtype=torch.int64), group).reshape(-1, 3).tolist()
+    if problem is not None:
+        raise problem
+    refused = [rank for rank, row in enumerate(rows) if row[1] == _REFUSED]
+    if refused:
+        error = ValueError if rows[refused[0]][2] else TypeError
+        raise error(
+            f"{what}: group rank(s) {refused} passed a dict that cannot be reduced "
+            "(see their error)."
+        )
+    if any(row != rows[0] for row in rows):
+        raise ValueError(_differences(all_gather_object(described, group), what))
+    return keys, floats, ints, len(rows)
 
 
 def _rebuild(
@@ -170,29 +222,25 @@ def _rebuild(
     return out
 
 
+def _summed(values: torch.Tensor, dst: int | None, group: Group | None) -> torch.Tensor:
+    """``values`` summed over the ranks (onto ``dst`` unless it is None); no collective for
+    an empty vector, which is empty on every rank (``_flatten_agreed`` checked)."""
+    if not values.numel():
+        return values
+    return all_reduce(values, "SUM", group) if dst is None else reduce(values, dst, "SUM", group)
+
+
 def _reduce_flat(
     d: Mapping[str, Any], mean: bool, dst: int | None, group: Group | None
 ) -> dict[str, Any]:
     if not isinstance(mean, bool):
         raise TypeError(f"average must be True or False, got {mean!r}.")
-    keys, floats, ints = _flatten(d)
-    mark = float(_fingerprint(d, keys))
-    # Three extra sums ride along: the number of ranks, and the mark and its square,
-    # whose sums satisfy total**2 == squares * ranks only when every rank sent the same mark.
-    fused = torch.cat([floats, torch.tensor([1.0, mark, mark * mark], dtype=torch.float64)])
-    fused = all_reduce(fused, "SUM", group) if dst is None else reduce(fused, dst, "SUM", group)
-    if ints.numel():
-        ints = all_reduce(ints, "SUM", group) if dst is None else reduce(ints, dst, "SUM", group)
+    what = "all_reduce_dict" if dst is None else "reduce_dict"
+    keys, floats, ints, world = _flatten_agreed(d, group, what)
+    floats, ints = _summed(floats, dst, group), _summed(ints, dst, group)
     is_receiver = dst is None or current().get_rank() == dst
     if not is_receiver:
         return dict(d)
-    world, total, squares = (round(v) for v in fused[-3:].tolist())
-    if total * total != squares * world:  # in Python ints: exact
-        raise ValueError(
-            "The dictionaries differ across ranks (keys, value kinds or shapes); every rank "
-            "must pass the same keys with values of the same shape."
-        )
-    floats = fused[:-3]
     if mean:
         floats = floats / world
         ints = ints.to(torch.float64) / world
@@ -203,11 +251,13 @@ def all_reduce_dict(
     d: Mapping[str, Any], op: Literal["sum", "mean"] = "sum", group: Group | None = None
 ) -> dict[str, Any]:
     """Sum or average every value of ``d`` over the ranks, in one fused collective (two when
-    ``d`` holds both integer and floating values), as vis4d's ``all_reduce_dict``.
+    ``d`` holds both integer and floating values) after a small header, as vis4d's
+    ``all_reduce_dict``.
 
     Args:
-        d: str keys; tensor (any shape) or number values; the same keys and shapes on every
-            rank (checked: a ValueError, not a silent mix-up).
+        d: str keys; tensor (any shape) or number values; the same keys, kinds (float or
+            integer) and shapes on every rank (checked by the header: the same ValueError on
+            every rank, not a hang or a silent mix-up).
         op: "sum" keeps each value's dtype; "mean" gives integer values as float64.
 
     Example:

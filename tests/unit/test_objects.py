@@ -108,6 +108,17 @@ def test_dict_reductions_in_a_world_of_one() -> None:
         idist.average_across_processes([1.0])
 
 
+def test_dict_checks_in_a_world_of_one_raise_this_rank_s_own_error() -> None:
+    # The header every rank sends first changes nothing here: no other rank can differ.
+    with pytest.raises(TypeError, match=r"^Value of 'a' must be a tensor or a number, got 'x'"):
+        idist.reduce_dict({"a": "x"})
+    with pytest.raises(ValueError, match=r"^Value of 'n' does not fit in 64 bits"):
+        idist.all_reduce_dict({"n": 2**64})
+    assert idist.all_reduce_dict({}) == {}
+    mean = idist.reduce_dict({"n": 3, "x": torch.tensor([1.0, 2.0])}, average=True)
+    assert mean["n"] == 3.0 and type(mean["n"]) is float and mean["x"].tolist() == [1.0, 2.0]
+
+
 def test_gather_results_validates_its_arguments() -> None:
     assert idist.gather_results([3, 1, 2], total=2) == [3, 1]
     with pytest.raises(ValueError, match="order must be"):
