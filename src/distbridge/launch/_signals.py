@@ -17,7 +17,7 @@ from distbridge.launch._worker_reports import Worker
 from distbridge.reliability.hang.job_cards import descends_from, prune_cards, remove_cards
 from distbridge.reliability.hang.signals import DUMP_SIGNAL, report_dir
 
-__all__ = ["SignalWatch", "leave_pid", "passing_on", "pids_left"]
+__all__ = ["SignalWatch", "leave_pid", "passing_on", "pids_left", "running_pids"]
 
 
 class SignalWatch:
@@ -38,7 +38,7 @@ class SignalWatch:
         self.workers = workers
         self.reports = report_dir(os.getpid())
         self._previous: dict[signal.Signals, Any] = {}
-        self._passing = passing_on(self._running, self.reports)
+        self._passing = passing_on(lambda: running_pids(workers), self.reports)
 
     def __enter__(self) -> SignalWatch:
         prune_cards()
@@ -56,10 +56,6 @@ class SignalWatch:
             signal.signal(signum, signal.SIG_DFL if previous is None else previous)
         remove_cards(w.process.pid for w in self.workers if w.process.pid is not None)
 
-    def _running(self) -> dict[int, int]:
-        running = [w for w in self.workers if w.process.exitcode is None]
-        return {w.rank: w.process.pid for w in running if w.process.pid is not None}
-
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.received is None:
             self.received = signum
@@ -71,6 +67,12 @@ class SignalWatch:
             raise KeyboardInterrupt
         if self.received is not None:
             raise SystemExit(128 + self.received)
+
+
+def running_pids(workers: Sequence[Worker]) -> dict[int, int]:
+    """The pids of the started workers still running, by rank."""
+    running = [w for w in workers if w.process.exitcode is None]
+    return {w.rank: w.process.pid for w in running if w.process.pid is not None}
 
 
 @contextlib.contextmanager

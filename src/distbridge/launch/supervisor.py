@@ -52,8 +52,11 @@ __all__ = [
     "PEER_WINDOW_SECONDS",
     "START_METHODS",
     "VERDICT_SECONDS",
+    "ask_for_stacks",
     "check_seconds",
     "check_spawn_options",
+    "join_all",
+    "kill_workers",
     "positive_int",
     "run_workers",
     "signal_group",
@@ -308,13 +311,18 @@ def _raise_timeout(
     # One worker at a time, so that the stacks faulthandler writes do not interleave.
     for worker in running:
         print(f"distbridge: Python stacks of {worker.describe()}:", file=sys.stderr, flush=True)
-        if worker.process.pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(worker.process.pid, signal.SIGUSR1)
+        ask_for_stacks(worker)
         time.sleep(_STACK_DUMP_SECONDS / len(running))
     ranks = ", ".join(str(worker.rank) for worker in running)
     still = f"ranks {ranks} were" if len(running) > 1 else f"rank {ranks} was"
     raise timeout_error(job_timeout, f"{still} still running and stopped", verdict)
+
+
+def ask_for_stacks(worker: Worker) -> None:
+    """SIGUSR1 to a started worker: it writes every thread's Python stack to its stderr."""
+    if worker.process.pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker.process.pid, signal.SIGUSR1)
 
 
 def timeout_error(
@@ -334,10 +342,15 @@ def _shutdown(
 ) -> None:
     """Stop and reap every worker and its process group; never raises for dead processes."""
     if let_finish:  # every worker reported ok: let them exit on their own (or by watchdog)
-        _join_all(workers, exit_seconds + _EXIT_SLACK_SECONDS)
+        join_all(workers, exit_seconds + _EXIT_SLACK_SECONDS)
     for worker in workers:
         signal_group(worker.process, signal.SIGTERM)
-    _join_all(workers, grace_seconds)
+    join_all(workers, grace_seconds)
+    kill_workers(workers)
+
+
+def kill_workers(workers: list[Worker]) -> None:
+    """SIGKILL each worker's process group, reap the workers and close their pipes."""
     for worker in workers:
         signal_group(worker.process, signal.SIGKILL)  # also reaches what a worker left behind
         if worker.process.pid is not None:
@@ -345,7 +358,8 @@ def _shutdown(
         worker.conn.close()
 
 
-def _join_all(workers: list[Worker], timeout: float) -> None:
+def join_all(workers: list[Worker], timeout: float) -> None:
+    """Wait up to ``timeout`` seconds in all for the started workers to exit."""
     deadline = time.monotonic() + timeout
     for worker in workers:
         if worker.process.pid is not None:

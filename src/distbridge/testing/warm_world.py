@@ -16,30 +16,29 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import os
 import shutil
-import signal
 import tempfile
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
 from distbridge._registry import registry
 from distbridge.errors import DistributedError, suggest
-from distbridge.launch._signals import passing_on
-from distbridge.launch._worker_reports import death
+from distbridge.launch._signals import passing_on, running_pids
+from distbridge.launch._worker_reports import Worker, death
 from distbridge.launch.native import host_store, job_env, job_verdict
 from distbridge.launch.pickling import check_main_module
 from distbridge.launch.supervisor import (
     PEER_WINDOW_SECONDS,
     VERDICT_SECONDS,
+    ask_for_stacks,
     check_seconds,
+    join_all,
+    kill_workers,
     positive_int,
-    signal_group,
 )
 from distbridge.reliability.fail_together import record_failure
 from distbridge.reliability.hang.signals import report_dir
@@ -54,21 +53,9 @@ _LIVE_SECONDS = 0.05  # how often the logs are read when a test's output is show
 _OPTIONS = ("nproc", "backend", "timeout", "debug")
 
 
-@dataclass
-class Member:
-    """One rank: its process, the parent's end of its pipe, its log file."""
-
-    process: Any  # multiprocessing's SpawnProcess
-    conn: Connection
-    log: Path
-
-
-def kill_ranks(members: list[Member], folder: str) -> None:
+def kill_ranks(members: list[Worker], folder: str) -> None:
     """SIGKILL each rank's process group, reap the ranks, remove their logs."""
-    for member in members:
-        signal_group(member.process, signal.SIGKILL)
-        member.process.join()
-        member.conn.close()
+    kill_workers(members)
     members.clear()
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -155,7 +142,8 @@ class WarmWorld:
             raise TypeError(f"debug must be True or False, got {debug!r}.")
         self.nproc, self.backend, self.debug = nproc, backend, debug
         self.start_timeout = start_timeout
-        self._members: list[Member] = []
+        self._members: list[Worker] = []  # the ranks, in rank order
+        self._logs: list[Path] = []  # where each rank writes its stdout and stderr
         self._store: Any = None
         self._stop: Callable[[], Any] | None = None
         self._reports = ""  # where the ranks write their reports on SIGUSR2
@@ -190,21 +178,21 @@ class WarmWorld:
         context = multiprocessing.get_context("spawn")
         folder = tempfile.mkdtemp(prefix="distbridge-world-")
         self._reports = report_dir(Path(folder).name)
-        members: list[Member] = []
+        members: list[Worker] = []
         self._stop = weakref.finalize(self, kill_ranks, members, folder)
         env: dict[str, str] = {}  # spawn's, with the world's store (none when serial)
         if self.backend is not None:
             self._store = host_store(0, self.nproc, 300, host="127.0.0.1")
             env = job_env(self.nproc, port=self._store.port)
-        for rank in range(self.nproc):
-            log = Path(folder, f"rank{rank}.log")
+        self._logs = [Path(folder, f"rank{rank}.log") for rank in range(self.nproc)]
+        for rank, log in enumerate(self._logs):
             rank_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}
             parent_end, child_end = context.Pipe()
             how = (self.backend, self.nproc, rank_env, str(log), self.debug)
             process = context.Process(
                 target=serve, args=(rank, child_end, *how), name=f"distbridge-world-rank{rank}"
             )
-            members.append(Member(process, parent_end, log))
+            members.append(Worker(rank, rank, process, parent_end))
             process.start()
             child_end.close()
         self._members = members
@@ -220,7 +208,7 @@ class WarmWorld:
             if message == "ready":
                 continue
             why = message or "it did not answer"  # or the traceback it sent
-            output = read_log(member.log, 0)[-3000:]
+            output = read_log(self._logs[rank], 0)[-3000:]
             self.close()
             raise DistributedError(
                 f"The warm world of {self.describe()} did not start: rank {rank} failed to "
@@ -247,14 +235,14 @@ class WarmWorld:
         self._tasks += 1
         task = make_task(self._tasks, fn, kwargs)
         self.start()
-        logs = [member.log for member in self._members]
+        logs = self._logs
         offsets = [log_size(log) for log in logs]
         tail = None if on_output is None else LogTail(logs, offsets, on_output)
         try:
             for member in self._members:
                 with contextlib.suppress(OSError):  # a dead rank shows as such below
                     member.conn.send(task)
-            with passing_on(self._pids, self._reports):
+            with passing_on(lambda: running_pids(self._members), self._reports):
                 outcomes, stopped, timed_out = self._collect(task.task_id, timeout, tail)
         except BaseException:  # KeyboardInterrupt, pytest-timeout: the ranks' state is unknown
             self.close(graceful=False)
@@ -302,7 +290,7 @@ class WarmWorld:
                     window_end = time.monotonic() + PEER_WINDOW_SECONDS
         return outcomes, sorted(pending), bool(pending) and window_end is None
 
-    def _receive(self, rank: int, member: Member, task_id: int) -> Outcome | None:
+    def _receive(self, rank: int, member: Worker, task_id: int) -> Outcome | None:
         """The rank's outcome if it answered or died, else None."""
         try:
             if member.conn.poll():
@@ -318,28 +306,21 @@ class WarmWorld:
             record_failure(self._store, rank, how, self.nproc)
         return Outcome(rank, task_id, False, "ProcessDied", how)
 
-    def _pids(self) -> dict[int, int]:
-        """The ranks' processes still running, by rank."""
-        running = [(r, m.process) for r, m in enumerate(self._members)]
-        return {r: p.pid for r, p in running if p.pid is not None and p.exitcode is None}
-
     def _stacks(self, ranks: list[int]) -> dict[int, str]:
         """Ask the ranks for their Python stacks (SIGUSR1) and read them from their logs."""
         if not ranks:
             return {}
-        members = {rank: self._members[rank] for rank in ranks}
-        start = {rank: log_size(member.log) for rank, member in members.items()}
-        for member in members.values():
-            with contextlib.suppress(ProcessLookupError, TypeError):
-                os.kill(member.process.pid, signal.SIGUSR1)
+        start = {rank: log_size(self._logs[rank]) for rank in ranks}
+        for rank in ranks:
+            ask_for_stacks(self._members[rank])
         deadline, last = time.monotonic() + _STACK_SECONDS, None
         while time.monotonic() < deadline:
             time.sleep(0.1)
-            sizes = {rank: log_size(member.log) for rank, member in members.items()}
+            sizes = {rank: log_size(self._logs[rank]) for rank in ranks}
             if sizes == last and all(sizes[rank] > start[rank] for rank in ranks):
                 break
             last = sizes
-        return {rank: read_log(member.log, start[rank]) for rank, member in members.items()}
+        return {rank: read_log(self._logs[rank], start[rank]) for rank in ranks}
 
     def close(self, *, graceful: bool = True) -> None:
         """Stop the ranks (told to leave, then SIGKILL to their process groups); idempotent."""
@@ -347,9 +328,7 @@ class WarmWorld:
             for member in self._members:
                 with contextlib.suppress(OSError):
                     member.conn.send(None)
-            deadline = time.monotonic() + _GRACE_SECONDS
-            for member in self._members:
-                member.process.join(max(0.0, deadline - time.monotonic()))
+            join_all(self._members, _GRACE_SECONDS)
         if self._stop is not None:
             self._stop()
         self._members, self._store = [], None
