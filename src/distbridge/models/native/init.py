@@ -334,7 +334,8 @@ def join_job(
     make ``cuda:<local rank>`` (``xpu:...``) the current device, bound at start-up where the
     local rank is known before. Returns this process's place in the job, and the variables
     set for it (``DEFAULT_MASTER``'s, ``export_layout``'s) with their values before (None:
-    unset), which ``finalize`` restores; a failure restores them at once.
+    unset), which ``finalize`` restores; a failure restores them at once, and destroys the
+    process group if it was made.
 
     Raises:
         DistributedError: as ``init_process_group``, or NCCL without a GPU for this process
@@ -366,14 +367,12 @@ def join_job(
         if layout is None:
             layout = layout_from_store(_c10d._get_default_store(), rank, world, node_name(launch))
         if backend == "nccl":
-            try:
-                check_nccl_gpus(layout.nproc_per_node, layout.local_rank)
-            except DistributedError:
-                dist.destroy_process_group()
-                raise
+            check_nccl_gpus(layout.nproc_per_node, layout.local_rank)
         if not takes_cpu_tensors(backend):  # NCCL, XCCL: this rank's device is the current one
             _set_current(torch.device(backend_device_types(backend)[0], layout.local_rank))
     except BaseException:
+        if dist.is_initialized():  # the group made before the failure goes too
+            dist.destroy_process_group()
         restore_env(before)
         raise
     filled = {key: old for key, old in before.items() if os.environ.get(key) != old}
