@@ -9,6 +9,7 @@ import os
 import pickle
 import re
 import signal
+import sysconfig
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ __all__ = [
     "dump_report",
     "error_report",
     "failure",
+    "is_library",
     "load_report",
     "one_line",
     "raised_error",
@@ -39,7 +41,14 @@ __all__ = [
     "signal_name",
 ]
 
-_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+#: Where code that is not the user's lives: the standard library, installed packages, torch.
+_LIBRARIES = (
+    *{
+        os.path.realpath(sysconfig.get_paths()[name])
+        for name in ("stdlib", "platstdlib", "purelib", "platlib")
+    },
+    os.path.dirname(os.path.realpath(torch.__file__)),
+)
 _ENTRY = re.compile(r'^  File "', re.MULTILINE)  # a frame of a traceback
 #: Added when the first worker died of SIGABRT: gloo aborts the process on such a mismatch.
 _ABORT_HINT = (
@@ -194,9 +203,7 @@ def _traceback(rank: int, worker_traceback: str, short: bool) -> str:
     starts = [m.start() for m in _ENTRY.finditer(last)]
     entries = [last[a:b] for a, b in zip(starts, [*starts[1:], len(last)], strict=False)]
     paths = [entry[8 : entry.find('"', 8)] for entry in entries]
-    mine = [
-        e for e, p in zip(entries, paths, strict=True) if not (inside(p) or p.startswith(_TORCH))
-    ]
+    mine = [entry for entry, path in zip(entries, paths, strict=True) if not is_library(path)]
     if not (short and mine):
         return f"Traceback of rank {rank}:\n{worker_traceback}"
     *frames, end = mine
@@ -205,6 +212,15 @@ def _traceback(rank: int, worker_traceback: str, short: bool) -> str:
         f"Where rank {rank} raised it, in your code (the whole traceback: the error's "
         f"worker_traceback):\n{''.join(frames)}{end}"
     )
+
+
+def is_library(path: str) -> bool:
+    """Whether the file ``path`` holds no code of the user's: it is distbridge's, in one of
+    `_LIBRARIES`, or no file at all ("<string>", "<frozen ...>")."""
+    if path.startswith("<") or inside(path):
+        return True
+    real = os.path.realpath(path)
+    return any(real == root or real.startswith(root + os.sep) for root in _LIBRARIES)
 
 
 def sentence(text: str) -> str:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import os
 import re
-import sysconfig
 from dataclasses import dataclass, field
 
-from distbridge._frames import inside
 from distbridge.errors import DistributedError
+from distbridge.launch._worker_reports import is_library
 from distbridge.reliability.hang.engine_trace import ranks_text
 from distbridge.testing._worker import Outcome
 
@@ -170,12 +169,6 @@ class WorldRun:
 
 
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+),? in (?P<function>\S+)')
-_LIBRARIES = tuple(
-    {
-        os.path.realpath(sysconfig.get_paths()[name])
-        for name in ("stdlib", "platstdlib", "purelib", "platlib")
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -198,7 +191,7 @@ def frames(stack: str) -> list[Frame]:
         threads = re.split(r"\n(?=(?:Current thread|Thread) 0x)", stack)
         parsed = [(_parse(thread), thread.lstrip().startswith("Current")) for thread in threads]
         for thread_frames, _ in parsed:
-            if any(not _is_library(frame.path) for frame in thread_frames):
+            if any(not is_library(frame.path) for frame in thread_frames):
                 return thread_frames
         return next((found for found, current in parsed if current), parsed[0][0])
     last = stack.rpartition("Traceback (most recent call last):")[2]
@@ -211,7 +204,7 @@ def user_frame(stack: str, test_file: str = "") -> tuple[Frame, Frame | None] | 
     test = os.path.realpath(test_file) if test_file else None
     for wanted in (
         lambda frame: test is not None and os.path.realpath(frame.path) == test,
-        lambda frame: not _is_library(frame.path),
+        lambda frame: not is_library(frame.path),
     ):
         for index, frame in enumerate(found):
             if wanted(frame):
@@ -235,10 +228,3 @@ def _parse(text: str) -> list[Frame]:
         for match in map(_FRAME.match, text.splitlines())
         if match is not None
     ]
-
-
-def _is_library(path: str) -> bool:
-    if path.startswith("<") or inside(path):  # "<string>", "<frozen ...>", distbridge's
-        return True
-    real = os.path.realpath(path)
-    return any(real == root or real.startswith(root + os.sep) for root in _LIBRARIES)
