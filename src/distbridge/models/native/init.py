@@ -211,14 +211,8 @@ def rendezvous_address(launch: LaunchEnvironment) -> tuple[str, int]:
     """
     if launch.master_addr is not None and launch.master_port is not None:
         return launch.master_addr, launch.master_port
-    missing = " and ".join(
-        name
-        for name, value in (
-            ("MASTER_ADDR", launch.master_addr),
-            ("MASTER_PORT", launch.master_port),
-        )
-        if value is None
-    )
+    given = {"MASTER_ADDR": launch.master_addr, "MASTER_PORT": launch.master_port}
+    missing = " and ".join(name for name, value in given.items() if value is None)
     how = _EXPORT_HINTS.get(launch.launcher, _EXPORT_HINTS[""])
     raise DistributedError(
         f"Launched by {launch.launcher} (rank {launch.rank} of {launch.world_size}), but "
