@@ -87,10 +87,7 @@ def init_process_group(
         if launch is not None:
             rank = launch.rank if rank is None else rank
             world_size = launch.world_size if world_size is None else world_size
-        init_method = init_method or "env://"
-        filled = fill_rendezvous_defaults() if init_method.startswith("env://") else []
-        note = f" ({', '.join(filled)} unset: ignite's default)" if filled else ""
-        _meet_peers(backend, extra, init_method, rank, world_size, note)
+        _meet_peers(backend, extra, init_method or "env://", rank, world_size)
         return
     if how == "in-memory":
         dist.init_process_group(backend, store=HashStore(), rank=0, world_size=1, **extra)
@@ -153,16 +150,14 @@ def fill_rendezvous_defaults() -> list[str]:
 
 
 def _meet_peers(
-    backend: str,
-    extra: dict[str, Any],
-    init_method: str,
-    rank: int | None,
-    world_size: int | None,
-    how: str = "",
+    backend: str, extra: dict[str, Any], init_method: str, rank: int | None, world_size: int | None
 ) -> None:
-    """``init_process_group`` at ``init_method`` (rank and world size None: read by torch).
-    DistributedError naming the address (``how``: what to add about it) when the peers were
-    not met there in time, or the address refused."""
+    """``init_process_group`` at ``init_method`` (rank and world size None: read by torch;
+    env://: at ignite's default address where MASTER_ADDR / MASTER_PORT are unset).
+    DistributedError naming the address when the peers were not met there in time, or the
+    address refused."""
+    env = init_method.startswith("env://")
+    filled = fill_rendezvous_defaults() if env else []
     try:
         dist.init_process_group(
             backend,
@@ -172,12 +167,13 @@ def _meet_peers(
             **extra,
         )
     except RuntimeError as err:  # DistNetworkError / DistStoreError: a timeout, a refusal
-        if init_method.startswith("env://"):
+        where = init_method
+        if env:
             where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
-        else:
-            where = init_method
+        if filled:
+            where += f" ({', '.join(filled)} unset: ignite's default)"
         raise DistributedError(
-            f"Rank {rank} of {world_size} could not meet its peers at {where}{how} "
+            f"Rank {rank} of {world_size} could not meet its peers at {where} "
             f"(init_method={init_method!r}) within the timeout: {str(err).rstrip('.')}. Start "
             "every rank, rank 0 too, with the same init_method (for env://: MASTER_ADDR and "
             "MASTER_PORT) and world_size, and check that the address is reachable."
