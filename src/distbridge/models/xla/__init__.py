@@ -1,5 +1,5 @@
-"""The XLA model: PyTorch/XLA (PJRT). `XlaModel` lives in ``model``; ``install`` judges
-whether torch_xla can run here, ``dtypes`` which dtypes the device holds exactly."""
+"""The XLA model: PyTorch/XLA (PJRT). `XlaModel` lives in ``model``, with the judgement of
+whether torch_xla can run here; ``dtypes`` says which dtypes the device holds exactly."""
 
 from __future__ import annotations
 

@@ -23,10 +23,14 @@ Lines that only run with several replicas (the XLA CPU device cannot replicate) 
 from __future__ import annotations
 
 import functools
+import importlib.metadata
+import importlib.util
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -37,23 +41,18 @@ from distbridge._types import SpawnResult
 from distbridge.algorithms import byte_view
 from distbridge.algorithms.fold import all_reduce_by_fold
 from distbridge.algorithms.groups import not_a_group
-from distbridge.errors import DistributedError
+from distbridge.errors import BackendUnavailableError, DistributedError
 from distbridge.launch.xla import spawn_xla
 from distbridge.models._default_group import default_pg as _default_pg
 from distbridge.models._engine_state import engines
 from distbridge.models._layout import Layout
 from distbridge.models.base import ComputationModel
-from distbridge.models.xla.availability import (
-    BACKEND,
-    IMPORT_FAILURE,
-    import_modules,
-    install_problem,
-)
 from distbridge.models.xla.dtypes import own_zeros, round_trips
 from distbridge.reliability import coordination
 
 __all__ = ["BACKEND", "SPAWN_OPTIONS", "XlaGroup", "XlaModel"]
 
+BACKEND = "xla-tpu"
 SPAWN_OPTIONS = ("start_method", "job_timeout", "join", "nnodes", "node_rank")
 #: Set by xmp.spawn (and torch_xla's torchrun rendezvous) in every replica it configures.
 _SPAWN_MARKER = "PJRT_LOCAL_PROCESS_COUNT"
@@ -67,6 +66,50 @@ _XM_OPS = {
     "AND": "and",
     "OR": "or",
 }
+_IMPORT_FAILURE: dict[str, str] = {}  # filled once when importing torch_xla fails
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:2])  # "2.9.0+cu128": (2, 9)
+
+
+@functools.cache
+def _install_problem() -> str | None:
+    """Why torch_xla cannot run here, judged without importing it; None when it looks usable."""
+    try:
+        spec = importlib.util.find_spec("torch_xla")
+    except (ImportError, ValueError) as err:
+        return f"importlib cannot look up torch_xla ({type(err).__name__}: {err})"
+    if spec is None:
+        return "torch_xla is not installed; e.g. pip install torch==2.9.0 torch_xla==2.9.0"
+    site = Path(spec.origin).parent.parent if spec.origin else None  # _XLAC*.so lies beside it
+    if site is None or not any(site.glob("_XLAC*")):
+        return f"torch_xla at {spec.origin} lacks its _XLAC extension; reinstall torch_xla"
+    try:
+        version = importlib.metadata.version("torch_xla")
+    except importlib.metadata.PackageNotFoundError:
+        return None  # a source checkout: no release to compare
+    if _release(version) != _release(torch.__version__):
+        wanted = ".".join(map(str, _release(version)))
+        return (
+            f"torch_xla {version} needs torch {wanted}.*, but torch {torch.__version__} is "
+            f"installed; install a matching pair, e.g. pip install torch=={wanted}.0 "
+            f"torch_xla=={wanted}.0"
+        )
+    return None
+
+
+def _import_modules() -> tuple[Any, Any, Any]:
+    """``(torch_xla, torch_xla.core.xla_model, torch_xla.runtime)``, imported on first use."""
+    try:
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+        import torch_xla.runtime as xr
+    except Exception as err:  # a broken install fails in many ways (OSError, RuntimeError, ...)
+        reason = f"importing torch_xla failed ({type(err).__name__}: {err}); reinstall it"
+        _IMPORT_FAILURE.setdefault("reason", reason)
+        raise BackendUnavailableError(f"Backend {BACKEND!r} is not available: {reason}.") from err
+    return torch_xla, xm, xr
 
 
 def _on_xla(tensor: torch.Tensor) -> bool:
@@ -92,7 +135,7 @@ class XlaModel(ComputationModel):
 
     def __init__(self, pg: Any = None) -> None:
         super().__init__()
-        torch_xla, self._xm, xr = import_modules()
+        torch_xla, self._xm, xr = _import_modules()
         self._sync = torch_xla.sync
         if xr.addressable_device_count() > 1:
             raise DistributedError(
@@ -124,14 +167,14 @@ class XlaModel(ComputationModel):
     @classmethod
     @override
     def is_available(cls) -> bool:
-        return install_problem() is None and not IMPORT_FAILURE
+        return _install_problem() is None and not _IMPORT_FAILURE
 
     @classmethod
     @override
     def unavailable_reason(cls, backend: str) -> str | None:
         if backend not in cls.backends:
             return f"{cls.__name__} runs only {', '.join(cls.backends)}"
-        return install_problem() or IMPORT_FAILURE.get("reason")
+        return _install_problem() or _IMPORT_FAILURE.get("reason")
 
     @classmethod
     @override
@@ -152,7 +195,7 @@ class XlaModel(ComputationModel):
     @override
     def from_backend(cls, backend: str, **kwargs: Any) -> Self:
         debug = cls._check_init(backend, kwargs, ("debug",), " (the runtime knows the replicas)")
-        _, xm, _ = import_modules()
+        _, xm, _ = _import_modules()
         if dist.is_initialized():
             raise DistributedError(
                 f"torch.distributed is already initialized (backend {dist.get_backend()!r}); "
