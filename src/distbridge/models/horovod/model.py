@@ -26,16 +26,15 @@ from distbridge.errors import BackendUnavailableError, DistributedError
 from distbridge.launch.horovod import spawn_horovod
 from distbridge.models._engine_state import engines
 from distbridge.models._failing_together import FailingTogether
-from distbridge.models._layout import Layout, visible_gpus
+from distbridge.models._layout import Layout, restore_env, visible_gpus
 from distbridge.models.base import ComputationModel
 from distbridge.models.horovod import dtypes as hvd_dtypes
 from distbridge.models.horovod.dtypes import alltoall
 from distbridge.models.horovod.runtime import (
     DYNAMIC_VAR,
-    environ,
     hvd_module,
-    init_environ,
     mpi_outlives_shutdown,
+    set_init_environ,
     unavailable,
 )
 from distbridge.reliability import coordination
@@ -127,11 +126,13 @@ class HorovodModel(ComputationModel):
                 "starts MPI so that it outlives finalize()), or initialize only once."
             )
         mpi_outlives_shutdown(hvd)  # under mpirun: MPI started by mpi4py outlives shutdown
-        with environ(init_environ()):  # read by hvd.init(), restored right after
-            try:
-                hvd.init(comm=kwargs.get("comm"), process_sets=kwargs.get("process_sets"))
-            except ValueError as err:
-                raise DistributedError(f"hvd.init() failed: {err}") from err
+        previous = set_init_environ()  # read by hvd.init(), restored right after
+        try:
+            hvd.init(comm=kwargs.get("comm"), process_sets=kwargs.get("process_sets"))
+        except ValueError as err:
+            raise DistributedError(f"hvd.init() failed: {err}") from err
+        finally:
+            restore_env(previous)
         model = cls.from_context()
         if model is None:  # pragma: no cover - hvd.init() returned without a context
             raise DistributedError("hvd.init() returned but Horovod is not initialized.")

@@ -1,42 +1,27 @@
 """Horovod's side of the environment: loading ``horovod.torch`` lazily, why it cannot run,
-and variables set only while ``hvd.init()`` reads them."""
+and the variables ``hvd.init()`` reads, set only while it runs."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from distbridge.models._engine_state import engines
-from distbridge.models._layout import restore_env
 
 __all__ = [
     "DYNAMIC_VAR",
-    "environ",
     "hvd_module",
-    "init_environ",
     "mpi_outlives_shutdown",
+    "set_init_environ",
     "unavailable",
 ]
-
-
-@contextlib.contextmanager
-def environ(values: Mapping[str, str]) -> Iterator[None]:
-    """Set ``values`` in os.environ for the block, then put back what was there."""
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        restore_env(saved)
 
 
 def hvd_module() -> Any:
@@ -95,8 +80,9 @@ def mpi_outlives_shutdown(hvd: Any) -> bool:
 DYNAMIC_VAR = "HOROVOD_DYNAMIC_PROCESS_SETS"
 
 
-def init_environ() -> dict[str, str]:
-    """Variables for hvd.init(): dynamic process sets, so new_group() can add sets later;
+def set_init_environ() -> dict[str, str | None]:
+    """Set the variables for hvd.init() and return what they were (None: unset), for
+    `restore_env` right after it: dynamic process sets, so new_group() can add sets later;
     under horovodrun's Gloo rendezvous also a host name new to each initialization in this
     process, because the rendezvous server keeps the per-host keys of an earlier one (its
     cleanup of finished scopes loses some), which would point a re-initialization at
@@ -106,4 +92,6 @@ def init_environ() -> dict[str, str]:
         host = os.environ.get("HOROVOD_HOSTNAME", "localhost")
         values["HOROVOD_HOSTNAME"] = f"{host}.distbridge{engines.horovod_initializations}"
     engines.horovod_initializations += 1
-    return values
+    previous = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    return previous
