@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from distbridge.reliability.hang.ledger import CollectiveLedger
     from distbridge.reliability.hang.stacks import StackWatcher
 
-__all__ = ["Groups", "ModelContract", "TimedBarriers"]
+__all__ = ["Groups", "ModelContract", "TimedBarriers", "Together"]
 
 
 class Groups(Protocol):
@@ -39,6 +39,15 @@ class TimedBarriers(Protocol):
     def abort(self, members: tuple[int, ...], message: str) -> None: ...
 
 
+class Together(Protocol):
+    """What the code below the models asks of a model's part in failing together
+    (``models/_failing_together.py``'s ``FailingTogether``, named by its shape as ``Groups``)."""
+
+    def store_of(self) -> Any | None: ...
+    def known_failure(self) -> tuple[int, str] | None: ...
+    def verdict(self, notes: Mapping[int, str], wait: float) -> str | None: ...
+
+
 class ModelContract(Protocol):
     """Everything the code below the models may use of a model.
 
@@ -53,16 +62,15 @@ class ModelContract(Protocol):
             checks of a world collective once (see ``distbridge.algorithms.checks.FastPath``).
         stack_watcher: answers other ranks' requests for this rank's stacks; made with the
             timed barriers (None before, and without a coordination store).
-        fails_together: whether the model takes part in failing together
-            (``reliability/fail_together.py``); without it the four methods after it
-            answer "nothing".
+        together: the model's part in failing together (``reliability/fail_together.py``):
+            the store of the failure note, the note its watcher read, the hang verdict; None
+            where the model does not fail together.
     """
 
     name: ClassVar[str]
     reduce_ops: ClassVar[frozenset[str]]
     uncarried_dtypes: ClassVar[frozenset[torch.dtype]]
     functional_collectives: ClassVar[bool]
-    fails_together: ClassVar[bool]
     ledger: CollectiveLedger
     fast_all_to_all: FastPath
     fast_scatter: FastPath
@@ -104,6 +112,8 @@ class ModelContract(Protocol):
     def _do_all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor, group: Any) -> None: ...
     @property
     def groups(self) -> Groups: ...
+    @property
+    def together(self) -> Together | None: ...
     def backend(self) -> str | None: ...
     def all_reduce(self, x: Any, op: str = ..., group: Any = ...) -> Any: ...
     def timed_barriers(self) -> TimedBarriers | None: ...
@@ -114,6 +124,3 @@ class ModelContract(Protocol):
     def gather_tensor(self, x: torch.Tensor, group: Any) -> torch.Tensor: ...
     def broadcast_tensor(self, x: torch.Tensor, src: int, group: Any) -> torch.Tensor: ...
     def abort_communicator(self) -> None: ...
-    def known_failure(self) -> tuple[int, str] | None: ...
-    def failure_store(self) -> Any | None: ...
-    def hang_verdict(self, notes: Mapping[int, str], wait: float) -> str | None: ...

@@ -35,8 +35,8 @@ def test_every_row_is_a_hook_of_the_primitives(name: str) -> None:
 
 
 def test_every_hook_a_backend_may_override_has_a_row() -> None:
-    """Every ``_`` hook of the base classes that some backend defines again, and the
-    fail-together methods, have a row (the public queries and class methods do not)."""
+    """Every ``_`` hook of the base classes that some backend defines again, and
+    ``abort_communicator``, have a row (the public queries and class methods do not)."""
     bases = (BackendPrimitives,)
     hooks = {n for base in bases for n, v in vars(base).items() if callable(v)}
     overridden = {
@@ -47,9 +47,8 @@ def test_every_hook_a_backend_may_override_has_a_row() -> None:
         for name in vars(klass)
         if name in hooks
     }
-    fail_together = {"abort_communicator", "known_failure", "failure_store", "hang_verdict"}
     rows = {n for n in overridden if n.startswith("_") and not n.startswith("__")}
-    assert rows | fail_together <= set(where.PRIMITIVES)
+    assert rows | {"abort_communicator"} <= set(where.PRIMITIVES)
 
 
 def test_update_rewrites_only_the_block(tmp_path: Path) -> None:

@@ -71,16 +71,18 @@ def test_barrier_timeout_is_a_timeout_error_and_pickles() -> None:
 
 class _Model:
     """What a `StoreBarrier` takes from its model: ``rank``, a stack watcher that keeps the
-    ``reasons`` it is asked for stacks, no hang verdict, and the failure ``note`` it knows."""
+    ``reasons`` it is asked for stacks, no hang verdict, and the failure ``note`` it knows
+    (it is its own part in failing together, ``together``)."""
 
     def __init__(self, rank: int, note: tuple[int, str] | None = None) -> None:
         self.rank, self.note, self.reasons = rank, note, []
         self.stack_watcher = SimpleNamespace(request=self.reasons.append)
+        self.together = self
 
     def get_rank(self) -> int:
         return self.rank
 
-    def hang_verdict(self, notes: Any, wait: float) -> None:
+    def verdict(self, notes: Any, wait: float) -> None:
         return None
 
     def known_failure(self) -> tuple[int, str] | None:

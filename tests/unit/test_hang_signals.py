@@ -27,14 +27,14 @@ from distbridge.reliability.hang.signals import DUMP_SIGNAL, unwatch_signals, wa
 
 
 class _TwoRanks:
-    """Rank 0 of 2 that fails together, with the serial model's real ledger (what
-    ``watch_signals`` reads)."""
+    """Rank 0 of 2 that fails together (it is its own part in it, ``together``), with the
+    serial model's real ledger (what ``watch_signals`` reads)."""
 
-    fails_together = True
     _engine_trace = None
 
     def __init__(self, ledger: CollectiveLedger) -> None:
         self.ledger = ledger
+        self.together = self
 
     def get_rank(self) -> int:
         return 0
@@ -42,7 +42,7 @@ class _TwoRanks:
     def get_world_size(self) -> int:
         return 2
 
-    def hang_verdict(self, notes: Any, wait: float) -> str | None:
+    def verdict(self, notes: Any, wait: float) -> str | None:
         return None
 
 

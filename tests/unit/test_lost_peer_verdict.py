@@ -27,11 +27,11 @@ class TwoArgumentError(RuntimeError):
 
 class _Rank:
     """Rank 0 of 2 without a store (so no failure note can come), whose collective raises
-    ``error``, and whose verdict is ``VERDICT``."""
-
-    fails_together = True
+    ``error``, and whose verdict is ``VERDICT``. It fails together, and is its own part in
+    it (``together``)."""
 
     def __init__(self, error: RuntimeError) -> None:
+        self.together = self
         self.error = error
         self.asked: list[float] = []
         self.aborted = 0
@@ -45,13 +45,13 @@ class _Rank:
     def known_failure(self) -> None:
         return None
 
-    def failure_store(self) -> None:
+    def store_of(self) -> None:
         return None
 
     def abort_communicator(self) -> None:
         self.aborted += 1
 
-    def hang_verdict(self, notes: Mapping[int, str], wait: float) -> str | None:
+    def verdict(self, notes: Mapping[int, str], wait: float) -> str | None:
         self.asked.append(wait)
         return VERDICT
 

@@ -176,8 +176,9 @@ class BackendPrimitives(ABC):
 
     _layout: Layout  # where this process sits; set by every model
     _device: torch.device  # the device it computes on
-    #: the fail-together part, where the model has one (see ``fails_together``)
-    _together: FailingTogether | None = None
+    #: its part in failing together (``reliability/fail_together.py``): the native and
+    #: Horovod models make one; None: the model does not fail together
+    together: FailingTogether | None = None
 
     def __init__(self) -> None:
         self.groups = GroupCache(self)
@@ -471,25 +472,9 @@ class BackendPrimitives(ABC):
 
     # ---- failing together (``reliability/fail_together.py``): the native and Horovod models
 
-    #: whether this model takes part; without it, the four methods below answer "nothing"
-    fails_together: ClassVar[bool] = False
-
     def abort_communicator(self) -> None:
         """End this rank's part of the communicator, so that the peers' collectives fail."""
         return
-
-    def known_failure(self) -> tuple[int, str] | None:
-        """The failure note this rank's watcher has already read, if any."""
-        return None if self._together is None else self._together.known_failure()
-
-    def failure_store(self) -> Any | None:
-        """The store that holds the job's failure note (any view of it), if there is one."""
-        return None if self._together is None else self._together.store_of()
-
-    def hang_verdict(self, notes: Mapping[int, str], wait: float) -> str | None:
-        """The verdict from every rank's ledger, asked through the store for up to ``wait``
-        seconds (``notes``: rank -> why it cannot answer); None without one."""
-        return None if self._together is None else self._together.verdict(notes, wait)
 
     def interpose(self, name: str, call: Callable[..., Any] | None) -> None:
         """Hand this model's public collective ``name`` to ``call`` (an instance attribute

@@ -43,7 +43,7 @@ from distbridge.reliability.hang.stacks import StoreThread
 from distbridge.reliability.hang.verdict import headline
 
 if TYPE_CHECKING:
-    from distbridge.model_contract import ModelContract
+    from distbridge.model_contract import ModelContract, Together
 
 __all__ = [
     "FailureWatch",
@@ -97,7 +97,7 @@ def _lost_peer(err: BaseException) -> bool:
     return any(marker in text for marker in _CONNECTION_LOST)
 
 
-def _explained(op: str, err: RuntimeError, owner: ModelContract, failure: PeerFailed | None) -> Any:
+def _explained(op: str, err: RuntimeError, together: Together, failure: PeerFailed | None) -> Any:
     """``failure`` with the hang verdict added; for a timeout without a failed peer, a
     `CollectiveTimeout` with the verdict; for a lost peer that left no note (Horovod's
     engine shuts down on every rank when one is killed) or a mismatch the engine found
@@ -112,7 +112,7 @@ def _explained(op: str, err: RuntimeError, owner: ModelContract, failure: PeerFa
     notes = {} if failure is None else {failure.rank: f"it failed: {failure.summary}"}
     wait = ANSWER_WAIT_SECONDS if timed_out else 1.0
     try:
-        text = owner.hang_verdict(notes, wait)
+        text = together.verdict(notes, wait)
     except Exception:  # a verdict must never hide the error it explains
         text = None
     if not text:
@@ -302,12 +302,14 @@ def stopped(note: tuple[int, str], rank: int, doing: str) -> PeerFailed:
     )
 
 
-def _peer_failure(op: str, err: RuntimeError, owner: ModelContract) -> PeerFailed | None:
+def _peer_failure(
+    op: str, err: RuntimeError, owner: ModelContract, together: Together
+) -> PeerFailed | None:
     """The `PeerFailed` that explains ``err`` raised by ``op``, or None if nothing does."""
-    known = owner.known_failure()
+    known = together.known_failure()
     if known is not None:  # read by the watcher, maybe while the store still lived
         return stopped(known, owner.get_rank(), f"in {op}")
-    store, me = owner.failure_store(), owner.get_rank()
+    store, me = together.store_of(), owner.get_rank()
     if store is None:
         return None
     note = read_failure(store)
@@ -328,7 +330,7 @@ def _peer_failure(op: str, err: RuntimeError, owner: ModelContract) -> PeerFaile
     deadline = time.monotonic() + (NOTE_WAIT_SECONDS if _lost_peer(err) else 0.0)
     while note is None and time.monotonic() < deadline:
         time.sleep(_POLL_SECONDS)
-        note = owner.known_failure() or read_failure(store)
+        note = together.known_failure() or read_failure(store)
     return None if note is None else stopped(note, me, f"in {op}")
 
 
@@ -340,9 +342,11 @@ def peer_failure(op: str, err: BaseException, owner: ModelContract) -> BaseExcep
     (``RuntimeError``, not distbridge's own) of a model that fails together are looked at."""
     if not isinstance(err, RuntimeError) or isinstance(err, DistributedError):
         return None
-    if not owner.fails_together:  # the serial and XLA models
+    together = owner.together
+    if together is None:  # the serial and XLA models
         return None
-    failure: BaseException | None = _explained(op, err, owner, _peer_failure(op, err, owner))
+    peer = _peer_failure(op, err, owner, together)
+    failure: BaseException | None = _explained(op, err, together, peer)
     if failure is not None:
         with contextlib.suppress(Exception):
             owner.abort_communicator()

@@ -250,7 +250,8 @@ class StoreBarrier:
         return _key(members, seq)
 
     def _unreachable(self, err: RuntimeError, name: str | None) -> DistributedError:
-        note = self._model.known_failure()
+        together = self._model.together
+        note = None if together is None else together.known_failure()
         if note is not None:  # the store's host failed: its error says why
             return stopped(note, self._rank, f"waiting in {_describe(name)}")
         return DistributedError(
@@ -305,9 +306,9 @@ class StoreBarrier:
         what = _describe(name)
         reason = f"{what} timed out on rank {self._rank}; missing ranks {missing}"
         dump_all_stacks(self._model, reason)
-        why = None
+        together, why = self._model.together, None
         with contextlib.suppress(Exception):  # a verdict must never hide the timeout
-            why = self._model.hang_verdict({}, ANSWER_WAIT_SECONDS)
+            why = None if together is None else together.verdict({}, ANSWER_WAIT_SECONDS)
         raise BarrierTimeout(
             f"{what[0].upper()}{what[1:]} timed out after {timeout:g} s on rank {self._rank}: "
             f"ranks {missing} of the group {list(members)} did not arrive. Their Python stacks "

@@ -215,9 +215,9 @@ def _fail_together(
     model: ComputationModel | None, rank: int, world: int, exc: BaseException
 ) -> None:
     """Fail together: leave the failure note and cut this rank's connections."""
-    if model is not None and model.fails_together and model.is_current() and world > 1:
+    if model is not None and model.together is not None and model.is_current() and world > 1:
         with contextlib.suppress(Exception):
-            record_failure(model.failure_store(), rank, summarize(exc), world)
+            record_failure(model.together.store_of(), rank, summarize(exc), world)
             model.abort_communicator()
 
 

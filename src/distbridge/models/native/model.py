@@ -65,8 +65,7 @@ class NativeModel(ComputationModel):
     functional_collectives: ClassVar[bool] = True
     spawn_options: ClassVar[tuple[str, ...]] = SPAWN_OPTIONS
     spawn_takes_activate: ClassVar[bool] = True
-    fails_together: ClassVar[bool] = True
-    _together: FailingTogether
+    together: FailingTogether
 
     def __init__(
         self,
@@ -94,7 +93,7 @@ class NativeModel(ComputationModel):
         self._torch_ops = ops.torch_ops(backend)
         # The failure note and the peers' "left" marks live in the default group's store, so
         # an adopted context reads them too; initialize starts the rest (see from_backend).
-        self._together = FailingTogether(self, coordination.default_store)
+        self.together = FailingTogether(self, coordination.default_store)
 
     # ---- class level -----------------------------------------------------------------------
 
@@ -149,7 +148,7 @@ class NativeModel(ComputationModel):
             )
         model = cls(backend, layout, env_set=env_set, connections=connections)
         if layout.world_size > 1:  # a failure here or on a peer ends the others' collectives
-            model._together.start(model.abort_communicator)
+            model.together.start(model.abort_communicator)
         return model._set_debug(debug)
 
     @classmethod
@@ -173,7 +172,7 @@ class NativeModel(ComputationModel):
     @override
     def finalize(self) -> None:
         current = self.is_current()
-        self._together.leave(current)
+        self.together.leave(current)
         if current:
             dist.destroy_process_group()
         self.groups.clear()

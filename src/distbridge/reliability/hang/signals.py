@@ -251,7 +251,8 @@ def watch_signals(model: ModelContract) -> None:
         return
     if model.get_world_size() < 2 or threading.current_thread() is not threading.main_thread():
         return
-    explain = functools.partial(model.hang_verdict, {}) if model.fails_together else None
+    together = model.together
+    explain = None if together is None else functools.partial(together.verdict, {})
     wanted = [DUMP_SIGNAL] if explain is None else [signal.SIGTERM, DUMP_SIGNAL]
     free = [s for s in wanted if _answerable(s)]
     if free:  # the engine's record: native models only
