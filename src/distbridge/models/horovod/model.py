@@ -55,6 +55,7 @@ class HorovodModel(ComputationModel):
     priority: ClassVar[int] = 20  # a Horovod job may also hold a torch process group
     spawn_options: ClassVar[tuple[str, ...]] = SPAWN_OPTIONS
     spawn_takes_activate: ClassVar[bool] = True
+    fails_together: ClassVar[bool] = True
     reduce_ops: ClassVar[frozenset[str]] = frozenset(
         ("SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "AVG", "ADASUM")
     )
@@ -151,8 +152,8 @@ class HorovodModel(ComputationModel):
         if self.get_world_size() <= 1:
             return
         self._coordination_store()
-        self.together = FailingTogether(self, lambda: self._store)
-        self.together.start(self._hvd.shutdown)
+        self._together = FailingTogether(self, lambda: self._store)
+        self._together.start(self._hvd.shutdown)
 
     @classmethod
     @override
@@ -176,8 +177,8 @@ class HorovodModel(ComputationModel):
     @override
     def finalize(self) -> None:
         current = self.is_current()
-        if self.together is not None:  # before the shutdown: the peers learn why it left
-            self.together.leave(current)
+        if self._together is not None:  # before the shutdown: the peers learn why it left
+            self._together.leave(current)
         if current:
             if self._hvd.mpi_enabled() and not mpi_outlives_shutdown(self._hvd):
                 engines.mpi_finalized = True  # hvd.shutdown() ends MPI for this process
@@ -212,10 +213,9 @@ class HorovodModel(ComputationModel):
             world = self._layout.world_size
             whole = group is None or self._group_size(group) == world
             hvd_dtypes.check_adasum(dtype, whole, world, self._hvd.mpi_enabled())
-        if op in ("AND", "OR"):
-            if dtype is torch.bool:
-                wide = self._reduce(tensor.to(torch.int32), "MIN" if op == "AND" else "MAX", group)
-                return wide.to(torch.bool)
+        if op in ("AND", "OR") and dtype is torch.bool:  # widened below: AND is MIN, OR MAX
+            op = "MIN" if op == "AND" else "MAX"
+        elif op in ("AND", "OR"):
             return all_reduce_by_fold(self, tensor, op, group)
         if dtype in hvd_dtypes.REDUCED:
             return self._reduce(tensor, op, group)
