@@ -55,7 +55,6 @@ class HorovodModel(ComputationModel):
     priority: ClassVar[int] = 20  # a Horovod job may also hold a torch process group
     spawn_options: ClassVar[tuple[str, ...]] = SPAWN_OPTIONS
     spawn_takes_activate: ClassVar[bool] = True
-    fails_together: ClassVar[bool] = True
     reduce_ops: ClassVar[frozenset[str]] = frozenset(
         ("SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "AVG", "ADASUM")
     )
@@ -152,8 +151,8 @@ class HorovodModel(ComputationModel):
         if self.get_world_size() <= 1:
             return
         self._coordination_store()
-        self._together = FailingTogether(self, lambda: self._store)
-        self._together.start(self._hvd.shutdown)
+        self.together = FailingTogether(self, lambda: self._store)
+        self.together.start(self._hvd.shutdown)
 
     @classmethod
     @override
@@ -177,8 +176,8 @@ class HorovodModel(ComputationModel):
     @override
     def finalize(self) -> None:
         current = self.is_current()
-        if self._together is not None:  # before the shutdown: the peers learn why it left
-            self._together.leave(current)
+        if self.together is not None:  # before the shutdown: the peers learn why it left
+            self.together.leave(current)
         if current:
             if self._hvd.mpi_enabled() and not mpi_outlives_shutdown(self._hvd):
                 engines.mpi_finalized = True  # hvd.shutdown() ends MPI for this process
