@@ -252,10 +252,9 @@ class HorovodModel(ComputationModel):
 
     @override
     def _do_reduce_scatter(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
-        # hvd.reducescatter sums (or averages floats) the dtypes Horovod reduces; the base
-        # class emulates the rest over _do_all_reduce.
-        average = op == "AVG" and tensor.dtype.is_floating_point
-        if tensor.dtype not in hvd_dtypes.REDUCED or not (op == "SUM" or average):
+        # hvd.reducescatter sums or averages (floats only: check_reducible refuses integer
+        # ones) the dtypes Horovod reduces; the base class emulates the rest over _do_all_reduce.
+        if tensor.dtype not in hvd_dtypes.REDUCED or op not in ("SUM", "AVG"):
             return super()._do_reduce_scatter(tensor, op, group)
         ps = self._set(group)
         name = f"distbridge.reducescatter.{ps.process_set_id}"
