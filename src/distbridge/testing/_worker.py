@@ -39,7 +39,7 @@ from distbridge.models.base import ComputationModel
 from distbridge.reliability.fail_together import record_failure, summarize
 from distbridge.reliability.hang.signals import answer_report_signal, report_dir, report_on_signal
 
-__all__ = ["Outcome", "Task", "make_task", "serve"]
+__all__ = ["Outcome", "Task", "exit_now", "make_task", "serve"]
 
 _DETAIL_CHARS = 4000
 
@@ -131,13 +131,13 @@ def serve(
             _state.install(model)
     except BaseException:
         conn.send(traceback.format_exc())
-        _flush_and_exit(1)
+        exit_now(1)
     conn.send("ready")
     while True:
         try:
             task = conn.recv()
         except EOFError:  # the parent is gone
-            _flush_and_exit(1)
+            exit_now(1)
         if task is None:
             break
         outcome = _run(task, rank, world_size, model)
@@ -145,7 +145,7 @@ def serve(
         conn.send(outcome)
     if model is not None and model.is_current():
         model.finalize()
-    _flush_and_exit(0)
+    exit_now(0)
 
 
 def _isolate(log_path: str) -> None:
@@ -263,7 +263,7 @@ def _flush() -> None:
             stream.flush()
 
 
-def _flush_and_exit(code: int) -> NoReturn:
-    """Exit now: no ``atexit`` handler or destructor may hang a world's rank."""
+def exit_now(code: int) -> NoReturn:
+    """Flush stdout and stderr, then end the process at once (``os._exit``: nothing else runs)."""
     _flush()
     os._exit(code)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import os
 import signal as signals
-import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterator
@@ -26,6 +25,7 @@ import torch
 
 from distbridge import _state
 from distbridge.testing._interpose import Call, Layer, check_op, installed
+from distbridge.testing._worker import exit_now
 
 __all__ = [
     "Action",
@@ -85,9 +85,7 @@ class Exit(Action):
             raise ValueError(f"Exit code must be an int from 0 to 255, got {self.code!r}.")
 
     def fire(self, call: FaultCall) -> Any:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(self.code)
+        exit_now(self.code)
 
 
 @dataclass(frozen=True)
