@@ -33,8 +33,9 @@ import distbridge as idist
 Call = Callable[[], object]
 
 
-def _ratio(a: Call, b: Call, calls: int) -> float:
-    """Median time of ``a`` over median time of ``b``, calls alternating."""
+def alternating_medians(a: Call, b: Call, calls: int) -> tuple[float, float]:
+    """Median seconds per call of ``a`` and of ``b``, single calls alternating (A, B, B, A, ...)
+    after two warm-up calls a side and a barrier."""
     times: tuple[list[float], list[float]] = ([], [])
     for f in (a, b, a, b):  # warm both
         f()
@@ -45,7 +46,13 @@ def _ratio(a: Call, b: Call, calls: int) -> float:
             start = time.perf_counter()
             f()
             acc.append(time.perf_counter() - start)
-    return statistics.median(times[0]) / statistics.median(times[1])
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def _ratio(a: Call, b: Call, calls: int) -> float:
+    """Median time of ``a`` over median time of ``b``, calls alternating."""
+    median_a, median_b = alternating_medians(a, b, calls)
+    return median_a / median_b
 
 
 def worker(local_rank: int, size: int, calls: int) -> dict[str, float]:

@@ -30,6 +30,7 @@ import timeit
 from collections.abc import Callable, Sequence
 
 import torch
+from bench_ab import alternating_medians
 
 import distbridge as idist
 from distbridge._state import current
@@ -109,17 +110,8 @@ def _serial_rows(loops: int) -> dict[str, tuple[float, float]]:
 
 def _ratio(a: Call, b: Call, calls: int) -> float:
     """Median time of ``a`` over median time of ``b``, calls alternating."""
-    times: tuple[list[float], list[float]] = ([], [])
-    for f in (a, b, a, b):
-        f()
-    idist.barrier()
-    for i in range(calls):
-        order = ((a, times[0]), (b, times[1])) if i % 2 else ((b, times[1]), (a, times[0]))
-        for f, acc in order:
-            start = time.perf_counter()
-            f()
-            acc.append(time.perf_counter() - start)
-    return statistics.median(times[0]) / statistics.median(times[1])
+    median_a, median_b = alternating_medians(a, b, calls)
+    return median_a / median_b
 
 
 def worker(local_rank: int, calls: int) -> dict[str, float]:

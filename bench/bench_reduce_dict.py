@@ -28,13 +28,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from bench_ab import alternating_medians
 
 import distbridge as idist
 
@@ -100,21 +100,6 @@ def _check_same(what: str, got: dict[str, Any], expected: dict[str, Any]) -> Non
             raise RuntimeError(f"{what}[{key!r}]: {got[key]!r} != {value!r}.")
 
 
-def _times(a: Call, b: Call, calls: int) -> tuple[float, float]:
-    """Median seconds per call of ``a`` and of ``b``, single calls alternating."""
-    times: tuple[list[float], list[float]] = ([], [])
-    for f in (a, b, a, b):  # warm both
-        f()
-    idist.barrier()
-    for i in range(calls):
-        order = ((a, times[0]), (b, times[1])) if i % 2 else ((b, times[1]), (a, times[0]))
-        for f, acc in order:
-            start = time.perf_counter()
-            f()
-            acc.append(time.perf_counter() - start)
-    return statistics.median(times[0]), statistics.median(times[1])
-
-
 def _load(path: str) -> Any:
     """``path`` (an older objects.py) as a module of its own, on today's distbridge."""
     spec = importlib.util.spec_from_file_location("objects_before", path)
@@ -152,7 +137,7 @@ def worker(local_rank: int, calls: int, before: str | None) -> dict[str, tuple[f
             rows[f"{name}: before header / raw"] = (before_header, raw)
             rows[f"{name}: all_reduce_dict / before"] = (today, before_header)
         rows[f"{name}: noise, raw / raw"] = (raw, raw)
-    return {name: _times(a, b, calls) for name, (a, b) in rows.items()}
+    return {name: alternating_medians(a, b, calls) for name, (a, b) in rows.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
