@@ -13,6 +13,7 @@ import distbridge as idist
 from distbridge.testing import reset_state
 from tests import progress
 from tests.distributed import warm
+from tests.ports import free_port
 
 # No time limit per generated example: hypothesis's default deadline (200 ms) is a timing
 # assert, and on a loaded 2-core CI machine a pure function took 397 ms once. Speed is
@@ -72,3 +73,13 @@ def serial_model() -> Iterator[None]:
     assert idist.model_name() == "serial"
     yield
     reset_state()
+
+
+@pytest.fixture
+def gloo_world_of_one() -> Iterator[None]:
+    """A real gloo world of one process (a free TCP port), finalized after the test."""
+    idist.initialize("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        idist.finalize()

@@ -10,7 +10,6 @@ import importlib.util
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -18,7 +17,6 @@ import pytest
 import torch
 
 import distbridge as idist
-from tests.ports import free_port
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "call_path.py"
 QUESTIONS = ("canonical_op", "check_reducible", "resolve", "_placement", "reduction_carrier")
@@ -30,15 +28,6 @@ def _call_path() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture
-def gloo_world_of_one() -> Iterator[None]:
-    idist.initialize("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        idist.finalize()
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ that refuses."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,16 +15,6 @@ import torch.distributed as dist
 
 import distbridge as idist
 from distbridge.models.native import ops
-from tests.ports import free_port
-
-
-@pytest.fixture
-def gloo_world_of_one() -> Iterator[None]:
-    idist.initialize("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        idist.finalize()
 
 
 def _refusing(message: str, asked: list[str]) -> Callable[..., Any]:
