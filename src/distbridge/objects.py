@@ -101,14 +101,18 @@ def scatter_object(
 # ---- dictionaries of metrics ------------------------------------------------------------------
 
 
-def _flatten(d: Mapping[str, Any]) -> tuple[list[str], torch.Tensor, torch.Tensor]:
-    """Sorted keys, and every value flattened into a float64 and an int64 vector."""
+def _flatten(
+    d: Mapping[str, Any],
+) -> tuple[list[str], list[tuple[str, str]], torch.Tensor, torch.Tensor]:
+    """Sorted keys; each with what its value is ("int", "float" or "float tensor of shape
+    (2, 3)"); and every value flattened into a float64 and an int64 vector."""
     if not isinstance(d, Mapping):
         raise TypeError(f"Expected a dict of str keys to values, got {type(d).__name__}.")
     odd = [k for k in d if not isinstance(k, str)]
     if odd:
         raise TypeError(f"Every key must be a str (they are sorted across ranks), got {odd[0]!r}.")
     keys = sorted(d)
+    described: list[tuple[str, str]] = []
     floats: list[torch.Tensor] = []
     ints: list[torch.Tensor] = []
     for key in keys:
@@ -127,7 +131,11 @@ def _flatten(d: Mapping[str, Any]) -> tuple[list[str], torch.Tensor, torch.Tenso
             raise TypeError(f"Value of {key!r} is complex; reduce it with all_reduce instead.")
         is_float = _is_float(value)
         (floats if is_float else ints).append(flat.to(torch.float64 if is_float else torch.int64))
-    return keys, _cat(floats, torch.float64), _cat(ints, torch.int64)
+        kind = "float" if is_float else "int"
+        if isinstance(value, torch.Tensor):
+            kind = f"{kind} tensor of shape {tuple(value.shape)}"
+        described.append((key, kind))
+    return keys, described, _cat(floats, torch.float64), _cat(ints, torch.int64)
 
 
 def _is_float(value: Any) -> bool:
@@ -139,18 +147,6 @@ def _is_float(value: Any) -> bool:
 
 def _cat(parts: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
     return torch.cat(parts) if parts else torch.empty(0, dtype=dtype)
-
-
-def _describe(d: Mapping[str, Any], keys: list[str]) -> list[tuple[str, str]]:
-    """Each key with what its value is: "int", "float" or "float tensor of shape (2, 3)"."""
-    described = []
-    for key in keys:
-        value = d[key]
-        kind = "float" if _is_float(value) else "int"
-        if isinstance(value, torch.Tensor):
-            kind = f"{kind} tensor of shape {tuple(value.shape)}"
-        described.append((key, kind))
-    return described
 
 
 def _differences(per_rank: list[list[tuple[str, str]]], what: str) -> str:
@@ -179,8 +175,7 @@ def _flatten_agreed(
     shapes, raises on every rank alike, before the reduction that would hang or mix them up."""
     problem: Exception | None = None
     try:
-        keys, floats, ints = _flatten(d)
-        described = _describe(d, keys)
+        keys, described, floats, ints = _flatten(d)
         fingerprint = zlib.crc32(repr(described).encode())
         header = [fingerprint, floats.numel(), ints.numel()]
     except (TypeError, ValueError) as err:
