@@ -73,22 +73,18 @@ def _def_line(function: Any) -> tuple[str, int]:
     return Path(code.co_filename).resolve().relative_to(_SRC).as_posix(), first + offset
 
 
-def _default(owner: type, name: str) -> str:
-    """The cell of a primitive ``model`` keeps from the base classes (``owner``)."""
+def cell(model: type[BackendPrimitives], name: str) -> str:
+    """Where ``model`` does primitive ``name``: `file:line`, or the default it keeps from
+    ``BackendPrimitives`` (with the primitive that default is built over, if any)."""
+    owner = next(klass for klass in model.__mro__ if name in vars(klass))
+    if owner is not BackendPrimitives:
+        path, line = _def_line(vars(owner)[name])
+        return f"`{path}:{line}`"
     source = inspect.getsource(vars(owner)[name])
     if "self._do_" in source and name.startswith("_do_"):
         callee = source.split("self._do_", 1)[1].split("(", 1)[0]
         return f"default (over `_do_{callee}`)"
     return "default"
-
-
-def cell(model: type[BackendPrimitives], name: str) -> str:
-    """Where ``model`` does primitive ``name``: `file:line`, or the default it keeps."""
-    owner = next(klass for klass in model.__mro__ if name in vars(klass))
-    if owner is BackendPrimitives:  # a default the model keeps
-        return _default(owner, name)
-    path, line = _def_line(vars(owner)[name])
-    return f"`{path}:{line}`"
 
 
 def table() -> str:
