@@ -28,7 +28,7 @@ __all__ = [
 
 MARKER = "distbridge"
 _POOL: pytest.StashKey[WorldPool] = pytest.StashKey()
-_SKIP_AT: pytest.StashKey[tuple[str, int]] = pytest.StashKey()  # where a rank skipped
+_SKIP_AT: pytest.StashKey[tuple[str, int] | None] = pytest.StashKey()  # where a rank skipped
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -71,9 +71,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
                 pyfuncitem.add_report_section("call", f"output of rank {rank}", text)
     skip = result.skip_reason
     if skip is not None:
-        location = result.skip_location
-        if location is not None:
-            pyfuncitem.stash[_SKIP_AT] = location
+        pyfuncitem.stash[_SKIP_AT] = result.skip_location
         pytest.skip(skip)
     if not result.passed:
         pytest.fail(result.report(), pytrace=False)
