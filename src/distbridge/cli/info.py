@@ -314,10 +314,9 @@ def _gib(size: int | None) -> str:
 
 
 def _system_lines(system: Mapping[str, Any], environment: Mapping[str, Any]) -> list[str]:
-    usable = system["usable_cpus"]
-    cpus = f"{_or_dash(system['cpu_count'])}" + (
-        "" if usable is None else f" ({usable} usable by this process)"
-    )
+    cpus = _or_dash(system["cpu_count"])
+    if system["usable_cpus"] is not None:
+        cpus += f" ({system['usable_cpus']} usable by this process)"
     memory = _gib(system["memory_bytes"])
     if system["memory_available_bytes"] is not None:
         memory += f" ({_gib(system['memory_available_bytes'])} available)"
