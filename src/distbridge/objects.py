@@ -167,29 +167,51 @@ def _differences(per_rank: list[list[tuple[str, str]]], what: str) -> str:
     )
 
 
+def _reduction(asked: Any, dst: int | None) -> tuple[bool, str]:
+    """Whether ``asked`` (all_reduce_dict's ``op``, or reduce_dict's ``average`` when there is
+    a ``dst``) means a mean, and the reduction as the call spelled it."""
+    if dst is None:
+        if asked not in ("sum", "mean"):
+            raise ValueError(f"op must be 'sum' or 'mean', got {asked!r}.")
+        return asked == "mean", f"op={asked!r}"
+    if not isinstance(asked, bool):
+        raise TypeError(f"average must be True or False, got {asked!r}.")
+    return asked, f"average={asked}, dst={dst}"
+
+
 def _flatten_agreed(
-    d: Mapping[str, Any], group: Group | None, what: str
+    d: Mapping[str, Any], asked: Any, dst: int | None, group: Group | None, what: str
 ) -> tuple[list[str], torch.Tensor, torch.Tensor, int]:
     """``_flatten(d)`` and the number of ranks, once every rank has seen every rank's header:
-    a dict that any rank could not flatten, or that differs across ranks in keys, kinds or
-    shapes, raises on every rank alike, before the reduction that would hang or mix them up."""
+    a dict or a reduction (``asked``, ``dst``) that any rank refused, dicts that differ across
+    ranks in keys, kinds or shapes, or reductions that differ, raise on every rank alike,
+    before the reduction that would hang or mix them up."""
     problem: Exception | None = None
+    spelled = ""
     try:
+        spelled = _reduction(asked, dst)[1]
         keys, described, floats, ints = _flatten(d)
         fingerprint = zlib.crc32(repr(described).encode())
-        header = [fingerprint, floats.numel(), ints.numel()]
+        header = [fingerprint, floats.numel(), ints.numel(), zlib.crc32(spelled.encode())]
     except (TypeError, ValueError) as err:
         problem = err
-        header = [0, _REFUSED, int(isinstance(err, ValueError))]
-    rows = all_gather(torch.tensor(header, dtype=torch.int64), group).reshape(-1, 3).tolist()
+        header = [0, _REFUSED, int(isinstance(err, ValueError)), 0]
+    rows = all_gather(torch.tensor(header, dtype=torch.int64), group).reshape(-1, 4).tolist()
     if problem is not None:
         raise problem
     refused = [rank for rank, row in enumerate(rows) if row[1] == _REFUSED]
     if refused:
         error = ValueError if rows[refused[0]][2] else TypeError
         raise error(
-            f"{what}: group rank(s) {refused} passed a dict that cannot be reduced "
-            "(see their error)."
+            f"{what}: group rank(s) {refused} passed a dict or arguments that cannot be "
+            "reduced (see their error)."
+        )
+    if any(row[3] != rows[0][3] for row in rows):
+        per_rank = enumerate(all_gather_object(spelled, group))
+        found = "; ".join(f"{theirs} on group rank {rank}" for rank, theirs in per_rank)
+        raise ValueError(
+            f"{what}: the ranks asked for different reductions ({found}). Pass the same "
+            "arguments on every rank."
         )
     if any(row != rows[0] for row in rows):
         raise ValueError(_differences(all_gather_object(described, group), what))
@@ -226,12 +248,11 @@ def _summed(values: torch.Tensor, dst: int | None, group: Group | None) -> torch
 
 
 def _reduce_flat(
-    d: Mapping[str, Any], mean: bool, dst: int | None, group: Group | None
+    d: Mapping[str, Any], asked: Any, dst: int | None, group: Group | None
 ) -> dict[str, Any]:
-    if not isinstance(mean, bool):
-        raise TypeError(f"average must be True or False, got {mean!r}.")
     what = "all_reduce_dict" if dst is None else "reduce_dict"
-    keys, floats, ints, world = _flatten_agreed(d, group, what)
+    keys, floats, ints, world = _flatten_agreed(d, asked, dst, group, what)
+    mean = _reduction(asked, dst)[0]
     floats, ints = _summed(floats, dst, group), _summed(ints, dst, group)
     is_receiver = dst is None or current().get_rank() == dst
     if not is_receiver:
@@ -259,9 +280,7 @@ def all_reduce_dict(
         >>> idist.all_reduce_dict({"loss": torch.tensor(idist.get_rank() + 1.0)}, op="mean")
         {'loss': tensor(1.5000)}   # on each of 2 ranks
     """
-    if op not in ("sum", "mean"):
-        raise ValueError(f"op must be 'sum' or 'mean', got {op!r}.")
-    return _reduce_flat(d, op == "mean", None, group)
+    return _reduce_flat(d, op, None, group)
 
 
 def reduce_dict(

@@ -1,7 +1,8 @@
 """all_reduce_dict / reduce_dict with dicts that differ across 2 real gloo ranks (the warm
-world): in key count, keys, value kinds or shapes, or refused on one rank only. Every rank
-must raise the same error, naming what differs, where the fused sums would hang (their
-sizes differ) or mix up the values; and the world must stay in step for the next call."""
+world): in key count, keys, value kinds or shapes, or refused on one rank only; or with the
+same dict and other arguments (op, average, dst) on each rank. Every rank must raise the same
+error, naming what differs, where the fused sums would hang (their sizes differ, or one rank
+refused) or mix up the values; and the world must stay in step for the next call."""
 
 from __future__ import annotations
 
@@ -30,6 +31,13 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "many_keys": ("all_reduce_dict", {f"k{i}": i for i in range(7)}, {}),
     "refused_on_rank_0": ("all_reduce_dict", {"a": "text"}, {"a": 1.0}),
 }
+# name: (function, rank 0's keyword arguments, rank 1's), with the same dict on both ranks
+ARGUMENTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    "ops": ("all_reduce_dict", {"op": "sum"}, {"op": "mean"}),
+    "averages": ("reduce_dict", {"average": True}, {"average": False}),
+    "dsts": ("reduce_dict", {"dst": 0}, {"dst": 1}),
+    "op_refused_on_rank_1": ("all_reduce_dict", {"op": "sum"}, {"op": "avg"}),
+}
 
 
 def _outcomes(local_rank: int) -> dict[str, Any]:
@@ -37,9 +45,13 @@ def _outcomes(local_rank: int) -> dict[str, Any]:
     del local_rank
     rank = idist.get_rank()
     found: dict[str, Any] = {}
-    for name, (func, *dicts) in CASES.items():
+    calls = [(name, func, dicts[rank], {}) for name, (func, *dicts) in CASES.items()]
+    calls += [
+        (name, func, {"a": torch.ones(2)}, kw[rank]) for name, (func, *kw) in ARGUMENTS.items()
+    ]
+    for name, func, d, kwargs in calls:
         try:
-            getattr(idist, func)(dicts[rank])
+            getattr(idist, func)(d, **kwargs)
         except (TypeError, ValueError) as err:
             found[name] = (type(err).__name__, str(err))
         else:
@@ -86,8 +98,37 @@ def test_a_dict_refused_on_one_rank_fails_every_rank(outcomes: list[dict[str, An
     assert rank0 == ("TypeError", "Value of 'a' must be a tensor or a number, got 'text'.")
     assert rank1 == (
         "TypeError",
-        "all_reduce_dict: group rank(s) [0] passed a dict that cannot be reduced (see their "
-        "error).",
+        "all_reduce_dict: group rank(s) [0] passed a dict or arguments that cannot be reduced "
+        "(see their error).",
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("ops", "all_reduce_dict: the ranks asked for different reductions (op='sum' on group "
+         "rank 0; op='mean' on group rank 1). Pass the same arguments on every rank."),
+        ("averages", "reduce_dict: the ranks asked for different reductions (average=True, "
+         "dst=0 on group rank 0; average=False, dst=0 on group rank 1)."),
+        ("dsts", "(average=True, dst=0 on group rank 0; average=True, dst=1 on group rank 1)"),
+    ],
+)  # fmt: skip
+def test_other_arguments_on_each_rank_raise_the_same_error(
+    outcomes: list[dict[str, Any]], name: str, text: str
+) -> None:
+    rank0, rank1 = (per_rank[name] for per_rank in outcomes)
+    assert rank0 == rank1
+    assert rank0[0] == "ValueError"
+    assert text in rank0[1], rank0[1]
+
+
+def test_an_op_refused_on_one_rank_fails_every_rank(outcomes: list[dict[str, Any]]) -> None:
+    rank0, rank1 = (per_rank["op_refused_on_rank_1"] for per_rank in outcomes)
+    assert rank1 == ("ValueError", "op must be 'sum' or 'mean', got 'avg'.")
+    assert rank0 == (
+        "ValueError",
+        "all_reduce_dict: group rank(s) [1] passed a dict or arguments that cannot be reduced "
+        "(see their error).",
     )
 
 
