@@ -11,14 +11,16 @@ a reporter publishes the ledger so that a timeout anywhere can name the rank at 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from distbridge.model_contract import ModelContract
 from distbridge.reliability import fail_together
-from distbridge.reliability.fail_together import FailureWatch, start_watch
-from distbridge.reliability.hang.report import Reporter, job_verdict, start_reporter
+from distbridge.reliability.fail_together import FailureWatch
+from distbridge.reliability.hang.report import Reporter, collect, start_reporter
+from distbridge.reliability.hang.verdict import verdict
 
 __all__ = ["FailingTogether"]
 
@@ -41,8 +43,10 @@ class FailingTogether:
         model, store = self._model, self.store_of()
         rank, world_size = model.get_rank(), model.get_world_size()
         fail_together.install_excepthook(rank, world_size, teardown, self.store_of)
-        self._watch = start_watch(store, rank, model.abort_communicator)
         if store is not None:
+            # no watcher where the store cannot be cloned (a ``HashStore``)
+            with contextlib.suppress(AttributeError, RuntimeError):
+                self._watch = FailureWatch(store, rank, model.abort_communicator)
             self._reporter = start_reporter(store, model)
 
     def leave(self, current: bool) -> None:
@@ -67,9 +71,12 @@ class FailingTogether:
         return None if self._watch is None else self._watch.note
 
     def verdict(self, notes: Mapping[int, str], wait: float) -> str | None:
-        """Who is at fault, from every rank's ledger asked through the store for up to
-        ``wait`` seconds (``notes``: rank -> why it cannot answer); None without a store."""
-        store = self.store_of()
+        """Who is at fault, from every rank's ledger (and engine record) asked through the
+        store for up to ``wait`` seconds (``notes``: rank -> why it cannot answer); None
+        without a store."""
+        store, model = self.store_of(), self._model
         if store is None:
             return None
-        return job_verdict(store, self._model, notes, wait)
+        world, me = model.get_world_size(), (model.get_rank(), model.ledger)
+        reports = collect(store, world, me=me, wait=wait, notes=notes, engine=model._engine_trace)
+        return verdict(reports, world).text

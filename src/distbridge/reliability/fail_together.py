@@ -56,7 +56,6 @@ __all__ = [
     "read_failure",
     "record_failure",
     "record_for_launcher",
-    "start_watch",
     "stopped",
     "store_ports",
     "summarize",
@@ -392,11 +391,3 @@ class FailureWatch(StoreThread):
         with contextlib.suppress(Exception):
             self._root.set(self._key, "stop")
             self.join(timeout)
-
-
-def start_watch(store: Any, rank: int, on_failure: Callable[[], object]) -> FailureWatch | None:
-    """A `FailureWatch`, or None where the store cannot be cloned (a ``HashStore``)."""
-    try:
-        return FailureWatch(store, rank, on_failure)
-    except (AttributeError, RuntimeError):
-        return None

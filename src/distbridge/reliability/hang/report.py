@@ -15,10 +15,9 @@ received is unpickled or evaluated.
 
 `collect` asks every rank through the store and, for a rank that does not answer, takes the
 ledger it last published, or the report it last wrote to ``DISTBRIDGE_HANG_DIR``; it returns
-the reports the pure `distbridge.reliability.hang.verdict.verdict` takes. `job_verdict` is
-that verdict for a rank of the job, `ask_job` asks from another process by the store's
-address, and `read_dump_dir` rebuilds the reports from a dump directory, also after the job
-is gone.
+the reports the pure `distbridge.reliability.hang.verdict.verdict` takes. `ask_job` asks
+from another process by the store's address, and `read_dump_dir` rebuilds the reports from a
+dump directory, also after the job is gone.
 """
 
 from __future__ import annotations
@@ -49,7 +48,7 @@ from distbridge.reliability.hang.stacks import (
     enable_fault_dump,
     while_current,
 )
-from distbridge.reliability.hang.verdict import RankReport, verdict
+from distbridge.reliability.hang.verdict import RankReport
 
 if TYPE_CHECKING:
     from distbridge.model_contract import ModelContract
@@ -60,7 +59,6 @@ __all__ = [
     "ask_job",
     "collect",
     "hang_dir",
-    "job_verdict",
     "read_dump_dir",
     "report",
     "start_reporter",
@@ -386,12 +384,3 @@ def ask_job(address: str, wait: float = 3.0) -> tuple[list[RankReport], int]:
         )
     world_size = int(store.get(WORLD_KEY))
     return collect(store, world_size, wait=wait), world_size
-
-
-def job_verdict(store: Any, model: ModelContract, notes: Mapping[int, str], wait: float) -> str:
-    """Who is at fault in ``model``'s job, from every rank's ledger (and engine record) asked
-    through ``store`` for up to ``wait`` seconds (``notes``: rank -> why it cannot answer)."""
-    world = model.get_world_size()
-    me = (model.get_rank(), model.ledger)
-    reports = collect(store, world, me=me, wait=wait, notes=notes, engine=model._engine_trace)
-    return verdict(reports, world).text
