@@ -5,6 +5,7 @@ line comes first, and the traceback keeps the user's frames."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import re
@@ -38,7 +39,6 @@ __all__ = [
     "raised_error",
     "run_reported",
     "sentence",
-    "signal_name",
 ]
 
 #: Where code that is not the user's lives: the standard library, installed packages, torch.
@@ -249,17 +249,11 @@ def death(exitcode: int | None) -> str:
     SIGKILL"."""
     exitcode = exitcode or 0
     if exitcode < 0:
-        return f"was killed by signal {signal_name(-exitcode)}"
+        with contextlib.suppress(ValueError):  # a number that names no signal: said as such
+            return f"was killed by signal {signal.Signals(-exitcode).name}"
+        return f"was killed by signal number {-exitcode}"
     if exitcode == REIMPORT_EXIT_CODE:
         return "called spawn again while importing the main script (no __main__ guard)"
     if exitcode > 0:
         return f"exited with code {exitcode}"
     return "exited without reporting a result (exit code 0, e.g. after os._exit(0))"
-
-
-def signal_name(number: int) -> str:
-    """The signal's name ("SIGKILL"), or "number 99" for a number that names no signal."""
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"number {number}"
