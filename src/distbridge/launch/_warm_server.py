@@ -7,12 +7,6 @@ signal leaves the server running, as a ``pkill -USR2 -f`` that matches its comma
 from __future__ import annotations
 
 import signal
-from types import FrameType
 
-
-def _pass(signum: int, frame: FrameType | None) -> None:
-    """The server has no report of its own to write."""
-
-
-if signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL:
-    signal.signal(signal.SIGUSR2, _pass)
+if signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL:  # the server writes no report of its own
+    signal.signal(signal.SIGUSR2, lambda signum, frame: None)
