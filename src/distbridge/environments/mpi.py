@@ -46,12 +46,6 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
     if found is None:
         return None
     nnodes = found.nnodes or read_int(env, "OMPI_MCA_orte_num_nodes")
-    return replace(found, nnodes=nnodes, node_id=_daemon(env))
-
-
-def _daemon(env: Mapping[str, str]) -> str | None:
-    """The name of this node's Open MPI daemon (``jobid.vpid``, one daemon per node), from
-    ``OMPI_MCA_orte_local_daemon_uri`` (Open MPI 4); None when absent."""
-    uri = env.get("OMPI_MCA_orte_local_daemon_uri", "")
-    name = uri.split(";", 1)[0]
-    return f"{LAUNCHER}-daemon:{name}" if name else None
+    # this node's Open MPI daemon, jobid.vpid (one per node); Open MPI 4 only
+    daemon = env.get("OMPI_MCA_orte_local_daemon_uri", "").split(";", 1)[0]
+    return replace(found, nnodes=nnodes, node_id=f"{LAUNCHER}-daemon:{daemon}" if daemon else None)
