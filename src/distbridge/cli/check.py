@@ -134,8 +134,8 @@ def run(options: CheckOptions) -> tuple[dict[str, Any], int]:
         return report, USAGE_ERROR
     if options.nproc is not None:
         return _run_spawned(options, model.spawn_options, report)
-    report["launcher"] = launch.launcher if launch else None
-    report["world_size"] = launch.world_size if launch else 1
+    if launch is not None:  # else the report's defaults hold: no launcher, a world of one
+        report.update(launcher=launch.launcher, world_size=launch.world_size)
     init_kwargs = {"timeout": options.timeout} if "timeout" in model.spawn_options else {}
     return _run_here(options, 0 if launch is None else launch.rank, init_kwargs, report)
 
@@ -144,7 +144,7 @@ def _run_spawned(
     options: CheckOptions, spawn_options: tuple[str, ...], report: dict[str, Any]
 ) -> tuple[dict[str, Any], int]:
     """Spawn ``options.nproc`` local workers that measure; rank 0's rows are the report's."""
-    report.update(launcher="spawn", world_size=options.nproc)
+    report["launcher"] = "spawn"
     # job_timeout bounds the whole job; timeout (native models) the process group's waits.
     bounds: dict[str, Any] = {
         k: options.timeout for k in ("job_timeout", "timeout") if k in spawn_options
@@ -222,7 +222,7 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     if not sizes or bad:
         raise ValueError(
             f"--sizes {text!r}: sizes must be multiples of 4 bytes (float32 elements), at least "
-            f"4; got {list(bad) or 'none'}. Example: --sizes 4,1K,1M."
+            f"4; got {bad or 'none'}. Example: --sizes 4,1K,1M."
         )
     return sizes
 
