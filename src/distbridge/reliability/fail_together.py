@@ -382,12 +382,12 @@ class FailureWatch(StoreThread):
             with contextlib.suppress(Exception):
                 self._on_failure()
 
-    def stop(self, timeout: float = 1.0) -> None:
+    def stop(self) -> None:
         """End the thread (``finalize``, and at exit): wake it without a failure, and wait
-        for it."""
+        up to a second for it."""
         if self._stopped.is_set() or not self._thread.is_alive():
             return
         super().stop()
         with contextlib.suppress(Exception):
             self._root.set(self._key, "stop")
-            self.join(timeout)
+            self.join(1.0)

@@ -66,7 +66,7 @@ def engine_lines(
     collective is none of the engine's, e.g. a timed barrier, or the engine ended it), the
     ranks with the same on one line.
     """
-    done = set(returned)
+    done, name = set(returned), group_text(group)
     lines = []
     for rank in sorted(behind):
         last = _last(engines.get(rank, ()), group)
@@ -74,14 +74,13 @@ def engine_lines(
             state = COMPLETED if last.state == ENDED and rank in done else last.state
             lines.append(
                 f"rank {rank} in torch's flight recorder: its last engine collective was "
-                f"{last.op} #{last.seq} of {group_text(group)} ({state})."
+                f"{last.op} #{last.seq} of {name} ({state})."
             )
     alike: dict[tuple[str, int, str], list[int]] = {}
     for rank in sorted(waiting):
         last = _last(engines.get(rank, ()), group)
         if last is not None:
             alike.setdefault((last.op, last.seq, last.state), []).append(rank)
-    name = group_text(group)
     for (op, seq, state), ranks in alike.items():  # by their lowest rank, as they came
         if state in (ENDED, COMPLETED):  # the ledger's collective is not the engine's, or failed
             said = f"no engine collective of {name} in flight; the last was {op} #{seq} ({state})"

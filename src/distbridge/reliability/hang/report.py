@@ -270,7 +270,7 @@ def start_reporter(store: Any, model: ModelContract) -> Reporter | None:
         reporter = Reporter(store, rank, model.ledger, alive, world_size, model._engine_trace)
     except RuntimeError:
         return None
-    write_card(job_root(store), model.get_rank(), world_size)  # for why --pid
+    write_card(job_root(store), rank, world_size)  # for why --pid
     return reporter
 
 
