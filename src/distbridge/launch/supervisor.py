@@ -305,9 +305,7 @@ def _receive(worker: Worker) -> None:
         worker.conn.close()
 
 
-def _raise_timeout(
-    running: list[Worker], job_timeout: float | None, verdict: str | None = None
-) -> None:
+def _raise_timeout(running: list[Worker], job_timeout: float | None, verdict: str | None) -> None:
     # One worker at a time, so that the stacks faulthandler writes do not interleave.
     for worker in running:
         print(f"distbridge: Python stacks of {worker.describe()}:", file=sys.stderr, flush=True)
