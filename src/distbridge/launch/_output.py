@@ -150,8 +150,7 @@ class OutputRelay:
     def start(self) -> None:
         """Start reading (after the workers started: no thread may run while they fork)."""
         if self._sources and self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="distbridge-output")
-            self._thread.daemon = True
+            self._thread = threading.Thread(target=self._run, name="distbridge-output", daemon=True)
             self._thread.start()
 
     def close(self) -> None:
