@@ -155,9 +155,9 @@ def _results(folder: str, nproc: int, failed: WorkerFailedError | None) -> list[
     for path in sorted(Path(folder).glob("*.pkl"), key=lambda path: path.stat().st_mtime_ns):
         local, rank = map(int, path.stem.split("-"))
         reports[local] = (rank, load_report(path.read_bytes()))
-    errors = [local for local, (_, report) in reports.items() if report[0] == "error"]
-    if errors:  # the first written
-        raise raised_error(reports[errors[0]][0], errors[0], reports[errors[0]][1])
+    for local, (rank, report) in reports.items():  # in the order they were written
+        if report[0] == "error":
+            raise raised_error(rank, local, report)
     if failed is not None:
         raise failed
     missing = [local for local in range(nproc) if local not in reports]
