@@ -71,13 +71,16 @@ def _world_latency(local_rank: int, repeats: int) -> dict[str, list[float]]:
         return (time.perf_counter() - start) / loops * 1e6
 
     store = dist.distributed_c10d._get_default_store()
+    together = model.together  # the watcher is its FailingTogether's
+    assert together is not None, "the native model fails together"
+    watch = together._watch
+    assert watch is not None, "no watcher to stop"
     for _ in range(repeats):
         times["watcher running"].append(block())
-        watch, model._watch = model._watch, None
-        if watch is not None:
-            watch.stop()
+        watch.stop()
+        together._watch = None
         times["watcher stopped"].append(block())
-        model._watch = FailureWatch(store, idist.get_rank(), model.abort_communicator)
+        watch = together._watch = FailureWatch(store, idist.get_rank(), model.abort_communicator)
     return times
 
 
