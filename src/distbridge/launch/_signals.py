@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -122,9 +123,8 @@ def leave_pid(folder: str, rank: int) -> None:
     """In a worker whose pid its parent does not know (Horovod's, an XLA pool's replica):
     leave it in the parent's temporary ``folder`` (``.pid-rank<r>``) for `pids_left`; not
     on another machine, where there is no such folder."""
-    path = os.path.join(folder, f".pid-rank{rank}")
-    with contextlib.suppress(OSError), open(path, "w", encoding="utf-8") as out:
-        out.write(str(os.getpid()))
+    with contextlib.suppress(OSError):
+        Path(folder, f".pid-rank{rank}").write_text(str(os.getpid()), encoding="utf-8")
 
 
 def pids_left(folder: str) -> dict[int, int]:
@@ -132,11 +132,10 @@ def pids_left(folder: str) -> dict[int, int]:
     not a process below this one is passed over)."""
     pids = {}
     with contextlib.suppress(OSError):
-        for name in os.listdir(folder):
-            if name.startswith(".pid-rank") and name[9:].isdigit():
-                with contextlib.suppress(OSError, ValueError):
-                    with open(os.path.join(folder, name), encoding="utf-8") as data:
-                        pid = int(data.read())
-                    if descends_from(pid, os.getpid()):
-                        pids[int(name[9:])] = pid
+        for path in Path(folder).glob(".pid-rank*"):
+            rank = path.name.removeprefix(".pid-rank")
+            with contextlib.suppress(OSError, ValueError):
+                pid = int(path.read_text(encoding="utf-8"))
+                if rank.isdigit() and descends_from(pid, os.getpid()):
+                    pids[int(rank)] = pid
     return pids
