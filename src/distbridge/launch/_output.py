@@ -164,7 +164,6 @@ class OutputRelay:
         for source in self._sources:
             if source.pending:
                 self._write(source, [source.pending + b"\n"])
-                source.pending = b""
             source.conn.close()
         os.close(self._stop_read)
         os.close(self._stop_write)
