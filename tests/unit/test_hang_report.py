@@ -65,6 +65,13 @@ def test_a_silent_rank_is_described_by_what_it_published(
     assert reports[1].records[-1].op == "barrier"
 
 
+def test_an_answer_that_is_no_report_counts_as_no_answer(store: TCPStore) -> None:
+    # The first request's answer key, set before the request: JSON, but not a report.
+    store.set(hang_report.answer_key(1, 0), "[1, 2]")
+    (report,) = collect(store, 1, wait=0.3)
+    assert report.rank == 0 and not report.answered and report.asked
+
+
 def test_a_bad_store_address_is_named() -> None:
     with pytest.raises(ValueError, match=r"must be host:port, got 'nowhere'"):
         ask_job("nowhere")

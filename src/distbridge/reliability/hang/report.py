@@ -303,7 +303,9 @@ def _gather_answers(
             key = answer_key(request, rank)
             if root.check([key]):
                 with contextlib.suppress(ValueError):
-                    answers[rank] = json.loads(root.get(key))
+                    answer = json.loads(root.get(key))
+                    if isinstance(answer, dict):  # else garbage: as unanswered
+                        answers[rank] = answer
                 with contextlib.suppress(Exception):
                     root.delete_key(key)
         if all(r in answers for r in asked) or time.monotonic() >= deadline:
