@@ -12,13 +12,12 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from distbridge.launch._worker_reports import Worker
 from distbridge.reliability.hang.job_cards import descends_from, prune_cards, remove_cards
 from distbridge.reliability.hang.signals import DUMP_SIGNAL, report_dir
 
-__all__ = ["SignalWatch", "leave_pid", "passing_on", "pids_left", "running_pids"]
+__all__ = ["SignalWatch", "handlers_kept", "leave_pid", "passing_on", "pids_left", "running_pids"]
 
 
 class SignalWatch:
@@ -38,23 +37,20 @@ class SignalWatch:
         self.waiting = False
         self.workers = workers
         self.reports = report_dir(os.getpid())
-        self._previous: dict[signal.Signals, Any] = {}
-        self._passing = passing_on(lambda: running_pids(workers), self.reports)
+        self._kept = contextlib.ExitStack()  # the handlers to put back, last first
 
     def __enter__(self) -> SignalWatch:
         prune_cards()
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
-                previous = signal.getsignal(signum)
-                if previous is not signal.SIG_IGN:
-                    self._previous[signum] = signal.signal(signum, self._handle)
-        self._passing.__enter__()
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    self._kept.enter_context(handlers_kept(signum))
+                    signal.signal(signum, self._handle)
+        self._kept.enter_context(passing_on(lambda: running_pids(self.workers), self.reports))
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._passing.__exit__(None, None, None)
-        for signum, previous in self._previous.items():
-            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
+        self._kept.close()
         remove_cards(w.process.pid for w in self.workers if w.process.pid is not None)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
@@ -92,11 +88,20 @@ def passing_on(ranks: Callable[[], Mapping[int, int]], reports: str) -> Iterator
         if callable(previous):  # another feature's handler (a stop request): chained
             previous(signum, frame)
 
-    previous = signal.signal(DUMP_SIGNAL, handle)
+    with handlers_kept(DUMP_SIGNAL):
+        previous = signal.signal(DUMP_SIGNAL, handle)
+        yield
+
+
+@contextlib.contextmanager
+def handlers_kept(*signums: int) -> Iterator[None]:
+    """The handlers of ``signums`` come back as they are now once the block ends."""
+    saved = {signum: signal.getsignal(signum) for signum in signums}
     try:
         yield
     finally:
-        signal.signal(DUMP_SIGNAL, signal.SIG_DFL if previous is None else previous)
+        for signum, handler in saved.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
 
 def _pass_on(pids: Mapping[int, int], reports: str) -> None:

@@ -22,7 +22,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ import cloudpickle
 
 from distbridge.errors import PicklingError, WorkerFailedError
 from distbridge.launch._joinable import Activate, JoinedCall, MakeModel
-from distbridge.launch._signals import leave_pid, passing_on, pids_left
+from distbridge.launch._signals import handlers_kept, leave_pid, passing_on, pids_left
 from distbridge.launch._worker_reports import (
     STOPPED,
     death,
@@ -94,17 +94,6 @@ def _host_names(hosts: str | Sequence[str] | None, nproc: int) -> list[str]:
     return names
 
 
-@contextlib.contextmanager
-def _signal_handlers_kept() -> Iterator[None]:
-    """horovod.run replaces the SIGINT / SIGTERM handlers for good; put them back after."""
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for signum, handler in saved.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-
-
 def spawn_horovod(
     make_model: MakeModel,
     fn: Callable[..., Any],
@@ -153,7 +142,9 @@ def spawn_horovod(
         ) from err
     num_proc = nproc * len(names)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="distbridge-hvd-") as out, _signal_handlers_kept():
+    # horovod.run replaces the SIGINT and SIGTERM handlers for good: they come back after it
+    kept = handlers_kept(signal.SIGINT, signal.SIGTERM)
+    with tempfile.TemporaryDirectory(prefix="distbridge-hvd-") as out, kept:
         try:
             with passing_on(lambda: pids_left(out), reports):
                 results: list[Any] = horovod.run(
