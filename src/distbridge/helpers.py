@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -168,28 +168,22 @@ def get_local_group() -> Any:
 _RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
 
 
-def _env_rank(env: Mapping[str, str]) -> int | None:
-    """The rank the first of ``_RANK_VARIABLES`` set in ``env`` gives, or None when none is
-    set; ValueError when it is not an int >= 0 (`rank_zero_only`'s case 3)."""
-    for key in _RANK_VARIABLES:
-        rank = read_int(env, key)
-        if rank is None:
-            continue
-        if rank < 0:
-            raise ValueError(
-                f"Environment variable {key}={env[key]!r} is not a rank (0 or more); fix or "
-                "unset it."
-            )
-        return rank
-    return None
-
-
 def _on_rank_zero() -> bool:
     """``rank_zero_only``'s rule: see its docstring."""
     model = _state.current()
     if model.backend() is not None or model.get_world_size() > 1:
         return model.get_rank() == 0
-    return _env_rank(os.environ) in (None, 0)
+    for key in _RANK_VARIABLES:  # case 3: the first one set decides
+        rank = read_int(os.environ, key)
+        if rank is None:
+            continue
+        if rank < 0:
+            raise ValueError(
+                f"Environment variable {key}={os.environ[key]!r} is not a rank (0 or more); "
+                "fix or unset it."
+            )
+        return rank == 0
+    return True
 
 
 def rank_zero_only(func: F) -> F:
