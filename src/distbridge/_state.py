@@ -31,12 +31,8 @@ __all__ = [
 ]
 
 
-def _serial() -> SerialModel:
-    return SerialModel(registry)
-
-
 #: the active model (read it through ``current()``, or check ``active.is_current()`` first)
-active: ComputationModel = _serial()
+active: ComputationModel = SerialModel(registry)
 _local_rank_hint: int | None = None
 
 
@@ -72,7 +68,7 @@ def resync() -> ComputationModel:
     adopted = registry.detect()
     if adopted is not None and type(adopted) is type(active) and active.is_current():
         adopted = active
-    model: ComputationModel = adopted if adopted is not None else _serial()
+    model: ComputationModel = adopted if adopted is not None else SerialModel(registry)
     if adopted is not None and _local_rank_hint is not None:
         adopted.set_local_rank(_local_rank_hint)
     install(model)
@@ -83,7 +79,7 @@ def reset() -> None:
     """Forget the active model and the local-rank hint; nothing is destroyed."""
     global _local_rank_hint
     _local_rank_hint = None
-    install(_serial())
+    install(SerialModel(registry))
 
 
 def set_local_rank_hint(index: int) -> None:
