@@ -113,12 +113,12 @@ class StopGuard:
         hang_watch = getattr(signal.getsignal(term), "__module__", None) == watch_signals.__module__
         if term in self.signals and hang_watch:
             unwatch_signals()
-            self._install(term)
+            self._previous[term] = signal.signal(term, self._handle)
             watch_signals(current())  # its SIGUSR2 dump again (SIGTERM is taken now)
             self._rewatch = True
         for signum in self.signals:
             if signum not in self._previous:
-                self._install(signum)
+                self._previous[signum] = signal.signal(signum, self._handle)
         self._warn_if_undeliverable()
         return self
 
@@ -130,9 +130,6 @@ class StopGuard:
             unwatch_signals()
             watch_signals(current())
             self._rewatch = False
-
-    def _install(self, signum: int) -> None:
-        self._previous[signum] = signal.signal(signum, self._handle)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         """Only a flag (no I/O, no collective); then the previous Python handler, if any."""
