@@ -147,7 +147,8 @@ def auto_optim(optimizer: torch.optim.Optimizer, **kwargs: Any) -> torch.optim.O
         ValueError: the optimizer holds parameters that ``auto_model(strategy="fsdp")``
             replaced with sharded ones (it was built before ``auto_model``).
     """
-    stale = [p for group in optimizer.param_groups for p in group["params"] if was_replaced(p)]
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    stale = [p for p in params if was_replaced(p)]
     if stale:
         raise ValueError(
             f"auto_optim() got an optimizer over {len(stale)} parameter(s) that "
@@ -158,7 +159,6 @@ def auto_optim(optimizer: torch.optim.Optimizer, **kwargs: Any) -> torch.optim.O
     if model_name == "horovod-dist":
         import horovod.torch as hvd
 
-        params = [p for group in optimizer.param_groups for p in group["params"]]
         named = [(f"param{i}", p) for i, p in enumerate(params)]  # unique across groups
         kwargs.setdefault("named_parameters", named)
         wrapped = hvd.DistributedOptimizer(optimizer, **kwargs)
@@ -306,15 +306,16 @@ def _split(value: object, world: int) -> int | None:
             f"auto_dataloader(batch_size={value!r}): the global batch size must be an int >= 1, "
             "or None for no automatic batching."
         )
+    each = max(value // world, 1)
     if value % world:
         warnings.warn(
             f"batch_size={value} is the global batch size and does not divide by the {world} "
-            f"processes: each loads {max(value // world, 1)} per step, "
-            f"{max(value // world, 1) * world} in all. Pass a multiple of {world} to keep it.",
+            f"processes: each loads {each} per step, {each * world} in all. Pass a multiple "
+            f"of {world} to keep it.",
             UserWarning,
             stacklevel=3,
         )
-    return max(value // world, 1)
+    return each
 
 
 class DistributedProxySampler(DistributedSampler[Any]):
