@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -34,18 +34,12 @@ ShardModules = type[torch.nn.Module] | tuple[type[torch.nn.Module], ...] | Itera
 _REPLACED: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
 
 
-def _fully_shard() -> Callable[..., Any]:
-    from torch.distributed.fsdp import fully_shard
-
-    return fully_shard
-
-
 def _option_names() -> tuple[str, ...]:
     try:
-        params = inspect.signature(_fully_shard()).parameters
+        from torch.distributed.fsdp import fully_shard
     except ImportError:  # a torch without FSDP2 (before 2.6)
         return ()
-    return tuple(name for name in params if name != "module")
+    return tuple(name for name in inspect.signature(fully_shard).parameters if name != "module")
 
 
 #: fully_shard's keyword arguments in this torch (mesh, reshard_after_forward, mp_policy, ...).
@@ -100,7 +94,8 @@ def fully_shard_model(
     """``fully_shard`` on the submodules named ``chosen`` (`chosen_submodules`' names,
     deepest first), then on ``model``; returns ``model`` (its class is now an FSDP subclass
     of the original). ``kwargs`` passed `check_shard_options`."""
-    fully_shard = _fully_shard()
+    from torch.distributed.fsdp import fully_shard
+
     before = list(model.parameters())
     for name in chosen:
         fully_shard(model.get_submodule(name), **kwargs)
