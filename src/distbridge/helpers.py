@@ -6,7 +6,7 @@ import functools
 import math
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -229,10 +229,8 @@ def gpu_mem_usage() -> float:
 def is_module_wrapper(module: object) -> bool:
     """True for DataParallel, DistributedDataParallel and FullyShardedDataParallel modules."""
     wrappers: list[type] = [torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel]
-    try:
+    with suppress(ImportError):  # torch built without distributed has no FSDP
         from torch.distributed.fsdp import FullyShardedDataParallel
 
         wrappers.append(FullyShardedDataParallel)
-    except ImportError:  # pragma: no cover - torch built without distributed
-        pass
     return isinstance(module, tuple(wrappers))
