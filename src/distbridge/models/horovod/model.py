@@ -137,22 +137,18 @@ class HorovodModel(ComputationModel):
             raise DistributedError("hvd.init() returned but Horovod is not initialized.")
         if model._device.type == "cuda":
             torch.cuda.set_device(model._device)
-        model._start_failing_together()  # a collective: every rank initializes here
+        if model.get_world_size() > 1:
+            # Make the coordination store now (one broadcast: every rank initializes here),
+            # so that a rank that fails later has somewhere to leave its note; then let an
+            # uncaught exception leave one and shut Horovod down, and watch for a peer's. A
+            # failing rank's shutdown, which every rank's engine agrees on, is what ends the
+            # others' collectives: Horovod errors with "Horovod has been shut down", and
+            # `fail_together.peer_failure` names the rank from the note. A context adopted
+            # from ``hvd.init()`` has no store from the start and keeps Horovod's own behaviour.
+            model._coordination_store()
+            model.together = FailingTogether(model, lambda: model._store)
+            model.together.start(model._hvd.shutdown)
         return model._set_debug(debug)
-
-    def _start_failing_together(self) -> None:
-        """Make the coordination store now (one broadcast: every rank calls this at the same
-        point), so that a rank that fails later has somewhere to leave its note; then let an
-        uncaught exception leave one and shut Horovod down, and watch for a peer's. A failing
-        rank's shutdown, which every rank's engine agrees on, is what ends the others'
-        collectives: Horovod errors with "Horovod has been shut down", and
-        `fail_together.peer_failure` names the rank from the note. A context adopted from
-        ``hvd.init()`` has no store from the start and keeps Horovod's own behaviour."""
-        if self.get_world_size() <= 1:
-            return
-        self._coordination_store()
-        self.together = FailingTogether(self, lambda: self._store)
-        self.together.start(self._hvd.shutdown)
 
     @classmethod
     @override
