@@ -290,12 +290,11 @@ class XlaModel(ComputationModel):
     @override
     def _do_all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> torch.Tensor:
         if self._reduces(tensor, op):
-            on_xla = _on_xla(tensor)
-            work = tensor if on_xla else tensor.to(self._device)
+            work = tensor.to(self._device)  # itself when it is on the device: reduced in place
             self._xm.all_reduce(_XM_OPS[op], [work], groups=self._replica_groups(group))
             if op == "AVG":
                 work.div_(self._group_size(group))
-            return work if on_xla else self._cpu(work)
+            return work if _on_xla(tensor) else self._cpu(work)
         # Gather and fold on the CPU, in rank order: exact, and the same bits on every rank.
         return all_reduce_by_fold(self, self._cpu(tensor), op, group).to(tensor.device)
 
@@ -319,13 +318,12 @@ class XlaModel(ComputationModel):
             return tensor.new_empty((tensor.shape[0] // size, *tensor.shape[1:]))
         if not self._reduces(tensor, op):
             return super()._do_reduce_scatter(tensor, op, group)
-        on_xla = _on_xla(tensor)
-        work = tensor if on_xla else tensor.to(self._device)
+        work = tensor.to(self._device)  # itself when it is on the device
         groups = self._replica_groups(group)
         out: torch.Tensor = self._xm.reduce_scatter(_XM_OPS[op], work, 1.0, 0, size, groups=groups)
         if op == "AVG":
             out.div_(size)
-        out = out if on_xla else self._cpu(out)
+        out = out if _on_xla(tensor) else self._cpu(out)
         if size == 1 and op in ("SUM", "AVG"):  # XLA's sum starts from +0.0: -0.0 came back 0.0
             out = own_zeros(out, tensor)
         return out
