@@ -138,17 +138,6 @@ def rendezvous(launch: LaunchEnvironment | None, backend: str, env: Mapping[str,
 DEFAULT_MASTER = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "15000"}
 
 
-def fill_rendezvous_defaults() -> list[str]:
-    """Set ``MASTER_ADDR`` / ``MASTER_PORT`` to ``DEFAULT_MASTER`` where unset (as ignite does
-    for hand-set RANK / WORLD_SIZE); returns the names it set."""
-    filled = []
-    for key, value in DEFAULT_MASTER.items():
-        if not os.environ.get(key):
-            os.environ[key] = value
-            filled.append(key)
-    return filled
-
-
 def _meet_peers(
     backend: str, extra: dict[str, Any], init_method: str, rank: int | None, world_size: int | None
 ) -> None:
@@ -157,7 +146,12 @@ def _meet_peers(
     DistributedError naming the address when the peers were not met there in time, or the
     address refused."""
     env = init_method.startswith("env://")
-    filled = fill_rendezvous_defaults() if env else []
+    filled: list[str] = []  # the names of DEFAULT_MASTER set here
+    if env:  # ignite's default address where MASTER_ADDR / MASTER_PORT are unset
+        for key, value in DEFAULT_MASTER.items():
+            if not os.environ.get(key):
+                os.environ[key] = value
+                filled.append(key)
     try:
         dist.init_process_group(
             backend,
