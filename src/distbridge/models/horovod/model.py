@@ -320,16 +320,15 @@ class HorovodModel(ComputationModel):
                 f"new_group() got unexpected keyword arguments {sorted(kwargs)}; Horovod "
                 "process sets take only ranks."
             )
-        hvd = self._hvd
         for set_id, members in self._mpi_ops._basics._get_process_set_ids_and_ranks().items():
             if tuple(members) == ranks:  # made at hvd.init() or earlier: reuse it
                 if set_id == 0:
                     return self._world_set
-                existing = hvd.ProcessSet(list(ranks))
+                existing = self._hvd.ProcessSet(list(ranks))
                 existing.process_set_id = set_id
                 return existing
         try:
-            return hvd.add_process_set(list(ranks))
+            return self._hvd.add_process_set(list(ranks))
         except ValueError as err:
             if DYNAMIC_VAR not in str(err):
                 raise

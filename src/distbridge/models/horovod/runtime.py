@@ -7,7 +7,6 @@ import functools
 import importlib
 import importlib.util
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,7 @@ __all__ = [
 
 def hvd_module() -> Any:
     """The ``horovod.torch`` module (imported on first use)."""
-    module = sys.modules.get("horovod.torch")
-    return module if module is not None else importlib.import_module("horovod.torch")
+    return importlib.import_module("horovod.torch")
 
 
 @functools.cache
