@@ -41,8 +41,6 @@ def from_bytes(data: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...]) -
     if not need:  # an empty row of a stacked buffer may start at any offset
         return torch.empty(shape, dtype=dtype, device=data.device)
     raw = as_bytes(data)
-    if dtype == torch.uint8:
-        return raw.view(shape)
     try:
         out = raw.view(dtype)
     except RuntimeError:  # not on an element boundary (a slice of a received buffer)
