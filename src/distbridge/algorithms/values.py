@@ -12,7 +12,6 @@ asked for objects too.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,7 +33,9 @@ _TEXT_KINDS = frozenset((codec.KIND_STR, codec.KIND_PATH))
 _ALIKE = (codec.NUMBER_KINDS, _TEXT_KINDS, frozenset((codec.KIND_OBJECT,)))
 
 
-def _header(model: ModelContract, kind: int, a: int = 0, b: int = 0, inline: bytes = b"") -> Any:
+def _header(model: ModelContract, kind: int, a: int = 0, b: int = 0, payload: bytes = b"") -> Any:
+    """The header of a value, with ``payload`` inline where it fits (else it goes next)."""
+    inline = payload if len(payload) <= _INLINE else b""
     words = np.zeros(_WORDS, dtype="<i8")
     words[:3] = (kind, a, b)
     words[3:].view(np.uint8)[: len(inline)] = np.frombuffer(inline, dtype=np.uint8)
@@ -78,8 +79,7 @@ def broadcast_value(model: ModelContract, value: Any, src: int, group: Any) -> A
         except (TypeError, ValueError) as err:
             failure = err
             a = _failure_code(err)
-    inline = payload if len(payload) <= _INLINE else b""
-    sent = model._do_broadcast(_header(model, kind, a, b, inline), src, group)
+    sent = model._do_broadcast(_header(model, kind, a, b, payload), src, group)
     row = sent.cpu().numpy()
     kind, a, b = (int(x) for x in row[:3])
     if failure is not None:
@@ -126,8 +126,7 @@ def gather_values(model: ModelContract, value: Any, group: Any) -> list[Any]:
         kind, second, _, payload = _encode(value, objects=True)
     except Exception as err:  # an int past 64 bits, or whatever pickle raises
         failure, kind, second, payload = err, _SEND_FAILED, _failure_code(err), b""
-    inline = payload if len(payload) <= _INLINE else b""
-    gathered = model._do_all_gather(_header(model, kind, second, inline=inline), group)
+    gathered = model._do_all_gather(_header(model, kind, second, payload=payload), group)
     rows = gathered.cpu().numpy().reshape(-1, _WORDS)
     header = [(int(r[0]), int(r[1])) for r in rows]
     _raise_if_failed(header, failure)
@@ -139,10 +138,14 @@ def gather_values(model: ModelContract, value: Any, group: Any) -> list[Any]:
     if kinds <= codec.NUMBER_KINDS:
         return [codec.decode_number(bits, k) for k, bits in header]
     sizes = [n for _, n in header]
-    if max(sizes) <= _INLINE:
+    longest = max(sizes)
+    if longest <= _INLINE:
         chunks = [_inline_bytes(row, n) for row, n in zip(rows, sizes, strict=True)]
-    else:
-        chunks = _gather_bytes(model, payload, sizes, group)
+    else:  # a second all-gather, of the payloads' bytes padded to the longest
+        padded = torch.frombuffer(bytearray(payload.ljust(longest, b"\0")), dtype=torch.uint8)
+        gathered = model._do_all_gather(padded.to(model._collective_device()), group)
+        received = gathered.cpu().numpy().reshape(len(sizes), longest)
+        chunks = [received[i, :n].tobytes() for i, n in enumerate(sizes)]
     return [  # objects: every rank asked for them (kinds alike)
         pickle.loads(chunk) if k == codec.KIND_OBJECT else codec.decode_text(chunk, k)
         for (k, _), chunk in zip(header, chunks, strict=True)
@@ -170,14 +173,3 @@ def _raise_if_failed(header: list[tuple[int, int]], failure: Exception | None) -
             f"Group rank(s) {[r for r, _ in failed]} could not send their value to the gather "
             "(see their error)."
         )
-
-
-def _gather_bytes(
-    model: ModelContract, payload: bytes, sizes: Sequence[int], group: Any
-) -> list[bytes]:
-    """All-gather byte strings whose lengths ``sizes`` every rank already knows."""
-    longest = max(sizes)
-    padded = torch.frombuffer(bytearray(payload.ljust(longest, b"\0")), dtype=torch.uint8)
-    gathered = model._do_all_gather(padded.to(model._collective_device()), group)
-    rows = gathered.cpu().numpy().reshape(len(sizes), longest)
-    return [rows[i, :n].tobytes() for i, n in enumerate(sizes)]
