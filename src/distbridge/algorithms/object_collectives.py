@@ -297,14 +297,13 @@ def broadcast_object(
     model.check_root("src", src, resolved)
     if resolved is NOT_A_MEMBER:
         return obj
-    transport = model._object_transport(resolved)
+    channel, device = transport = model._object_transport(resolved)
     is_src = model.get_rank() == src
-    sent = [obj] if is_src else None
     frames, (size,) = _frames_from_src(
-        model, sent, 1, src, transport, serializer, "broadcast_object"
+        model, [obj] if is_src else None, 1, src, transport, serializer, "broadcast_object"
     )
     data = _filled(frames[0], size) if is_src else torch.empty(size, dtype=torch.uint8)
-    data = model._do_broadcast(data.to(transport[1]), src, transport[0])
+    data = model._do_broadcast(data.to(device), src, channel)
     return obj if is_src else decode_frame(data.cpu().numpy(), serializer)
 
 
