@@ -45,16 +45,16 @@ def not_a_group(group: object) -> GroupArgumentError:
     )
 
 
-def mesh_group(mesh: Any, model_name: str, takes_meshes: bool) -> Any:
+def mesh_group(mesh: Any, model: ModelContract) -> Any:
     """The process group a one-dimensional DeviceMesh stands for as a ``group=`` argument.
 
     Raises ValueError for a mesh of several dimensions, naming them, and TypeError on a model
     whose groups are not torch.distributed process groups.
     """
-    if not takes_meshes:
+    if not model.functional_collectives:
         raise TypeError(
             f"group={mesh!r} is a DeviceMesh, a torch.distributed group, but the active model "
-            f"is {model_name!r}: pass a list of ranks, or run on a torch.distributed backend "
+            f"is {model.name!r}: pass a list of ranks, or run on a torch.distributed backend "
             "(gloo, nccl)."
         )
     if mesh.ndim != 1:
@@ -98,7 +98,7 @@ def resolve(model: ModelContract, group: object, cache: GroupCache | None = None
                 "before the compiled function runs."
             )
     elif is_mesh(group):
-        resolved = mesh_group(group, model.name, model.functional_collectives)
+        resolved = mesh_group(group, model)
     else:
         model._check_group(group)
         resolved = group
@@ -131,7 +131,7 @@ class GroupCache:
                     f"new_group() of a DeviceMesh takes no options, got {sorted(kwargs)}: the "
                     "mesh's group exists already."
                 )
-            return mesh_group(ranks, self._model.name, self._model.functional_collectives)
+            return mesh_group(ranks, self._model)
         key_ranks = self._validate(ranks)
         if not key_ranks:
             return []
