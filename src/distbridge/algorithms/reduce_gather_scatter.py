@@ -221,10 +221,9 @@ def scatter(model: ModelContract, tensors: Any, src: int, group: Any, out: Any =
         )
     if out is not None:
         return _scatter_into(model, tensors if is_src else None, out, src, resolved, size, problem)
-    rows = [[shape_rows.BAD] * shape_rows.WIDTH for _ in range(size)]
-    if problem is not None:
-        rows = [[shape_rows.WRONG] * shape_rows.WIDTH for _ in range(size)]
-    elif is_src:
+    code = shape_rows.BAD if problem is None else shape_rows.WRONG
+    rows = [[code] * shape_rows.WIDTH] * size
+    if problem is None and is_src:
         rows = [shape_rows.row(t) for t in tensors]
         bad = [i for i, r in enumerate(rows) if r[0] == shape_rows.BAD]
         if bad:
