@@ -163,7 +163,7 @@ def all_gather_with_shapes(
     else:
         try:
             check_dense(tensor, "all_gather_tensors_with_shapes")
-        except (TypeError, ValueError) as err:
+        except TypeError as err:  # what check_dense raises
             problem = err
     length = _longest(shape_list)
     try:
