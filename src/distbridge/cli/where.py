@@ -46,7 +46,7 @@ PRIMITIVES = (
     "_native_avg",
     "_collective_device",
     "_object_transport",
-    "_coordination_store",
+    "_make_coordination_store",
     "_engine_trace",
     "_make_group",
     "_check_group",

@@ -179,6 +179,7 @@ class BackendPrimitives(ABC):
     #: its part in failing together (``reliability/fail_together.py``): the native and
     #: Horovod models make one; None: the model does not fail together
     together: FailingTogether | None = None
+    _store: Any = None  # the coordination store (see `_coordination_store`)
 
     def __init__(self) -> None:
         self.groups = GroupCache(self)
@@ -237,7 +238,10 @@ class BackendPrimitives(ABC):
 
     @abstractmethod
     def finalize(self) -> None:
-        """Tear down the context this model created and undo its side effects."""
+        """Tear down the context this model created and undo its side effects. A model with
+        peers ends its override with this: it forgets the groups and the coordination store."""
+        self.groups.clear()
+        self._store = None
 
     # ---- primitives a backend supplies -------------------------------------------------------
 
@@ -379,7 +383,14 @@ class BackendPrimitives(ABC):
     def _coordination_store(self) -> Any | None:
         """A ``torch.distributed.Store`` the whole world shares beside the communicator (it
         works while a collective is wedged; keys under ``distbridge/``), made on first use on
-        every rank alike (it may take a collective). Default, and without peers: None."""
+        every rank alike (it may take a collective), while the context is live, and kept until
+        ``finalize``. Without peers: None."""
+        if self._store is None and self._layout.world_size > 1 and self.is_current():
+            self._store = self._make_coordination_store()
+        return self._store
+
+    def _make_coordination_store(self) -> Any | None:
+        """Make the coordination store, for a world of several ranks. Default: None."""
         return None
 
     def _object_transport(self, group: Any) -> tuple[Any, torch.device]:

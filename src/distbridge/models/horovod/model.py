@@ -69,7 +69,6 @@ class HorovodModel(ComputationModel):
         self._mpi_ops = sys.modules["horovod.torch.mpi_ops"]
         self._token = self._mpi_ops._handle_map  # a new dict on every hvd.init()
         self._layout = layout
-        self._store: Any = None  # the coordination store, made on first use
         self._device = layout.device(visible_gpus())
 
     # ---- class level -----------------------------------------------------------------------
@@ -178,8 +177,7 @@ class HorovodModel(ComputationModel):
             if self._hvd.mpi_enabled() and not mpi_outlives_shutdown(self._hvd):
                 engines.mpi_finalized = True  # hvd.shutdown() ends MPI for this process
             self._hvd.shutdown()
-        self.groups.clear()
-        self._store = None
+        super().finalize()
 
     @override
     def abort_communicator(self) -> None:
@@ -297,17 +295,15 @@ class HorovodModel(ComputationModel):
         return alltoall(self._hvd, self._set(group), sent, splits, "scatter")[0]
 
     @override
-    def _coordination_store(self) -> Any | None:
+    def _make_coordination_store(self) -> Any | None:
         # Rank 0 hosts a TCPStore; one broadcast (inside the collective call that first needs
         # the store, made by every rank) tells the others where. Under horovodrun, rank 0's
         # address is the one on its route to the rendezvous server all hosts reach.
-        if self._store is None and self._layout.world_size > 1:
-            toward = os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR")
-            address = coordination.reachable_address(self._layout.nnodes, toward)
-            self._store = coordination.host_store(
-                self._layout.rank, address, lambda t: self._do_broadcast(t, 0, None)
-            )
-        return self._store
+        toward = os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR")
+        address = coordination.reachable_address(self._layout.nnodes, toward)
+        return coordination.host_store(
+            self._layout.rank, address, lambda t: self._do_broadcast(t, 0, None)
+        )
 
     @override
     def _do_barrier(self, group: Any) -> None:

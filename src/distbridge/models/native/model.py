@@ -83,7 +83,6 @@ class NativeModel(ComputationModel):
         self._layout = layout
         self._env_restore = dict(env_set or {})
         self._emulated: set[str] = set()  # ops this backend refused; the base class emulates them
-        self._store: Any = None  # the coordination store, made on first use
         self._connections = connections or Connections()  # cut when this rank fails
         self._device = device_for(backend, layout)
         self._device_types = backend_device_types(backend)  # what its collectives take
@@ -175,10 +174,9 @@ class NativeModel(ComputationModel):
         self.together.leave(current)
         if current:
             dist.destroy_process_group()
-        self.groups.clear()
-        self._store = None
         restore_env(self._env_restore)
         self._env_restore.clear()
+        super().finalize()
 
     @override
     def abort_communicator(self) -> None:
@@ -315,16 +313,14 @@ class NativeModel(ComputationModel):
         self._emulated.add(op)
 
     @override
-    def _coordination_store(self) -> Any | None:
+    def _make_coordination_store(self) -> Any | None:
         # The default group's own store; MPI rendezvous without one: rank 0 hosts a TCPStore.
-        if self._store is None and self._layout.world_size > 1 and self.is_current():
-            self._store = coordination.job_store(
-                self._layout.rank,
-                self._layout.nnodes,
-                coordination.default_store(),
-                lambda tensor: self._do_broadcast(tensor, 0, None),
-            )
-        return self._store
+        return coordination.job_store(
+            self._layout.rank,
+            self._layout.nnodes,
+            coordination.default_store(),
+            lambda tensor: self._do_broadcast(tensor, 0, None),
+        )
 
     @override
     def _engine_trace(self, limit: int) -> dict[str, Any] | None:

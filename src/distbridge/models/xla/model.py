@@ -160,7 +160,6 @@ class XlaModel(ComputationModel):
         self._holds: Callable[[torch.dtype], bool] = functools.cache(
             functools.partial(round_trips, device=self._device)
         )
-        self._store: Any = None  # the coordination store (several replicas only)
 
     # ---- class level -----------------------------------------------------------------------
 
@@ -242,8 +241,7 @@ class XlaModel(ComputationModel):
             dist.destroy_process_group()
         self._live = False
         engines.xla_left = True
-        self.groups.clear()
-        self._store = None
+        super().finalize()
 
     # ---- primitives --------------------------------------------------------------------------
 
@@ -358,15 +356,13 @@ class XlaModel(ComputationModel):
         return byte_view.from_bytes(raw, tensor.dtype, tuple(tensor.shape))
 
     @override
-    def _coordination_store(self) -> Any | None:
+    def _make_coordination_store(self) -> Any | None:
         # Untested here (the XLA CPU device cannot replicate): under torchrun the "xla" process
         # group's store; under xmp.spawn rank 0 hosts a TCPStore and broadcasts its address.
-        if self._store is None and self._layout.world_size > 1:
-            pg = None if self._pg is None else coordination.default_store()  # several replicas only
-            send = functools.partial(self._do_broadcast, src=0, group=None)  # several replicas only
-            where = self._layout.rank, self._layout.nnodes  # several replicas only
-            self._store = coordination.job_store(*where, pg, send)  # several replicas only
-        return self._store
+        pg = None if self._pg is None else coordination.default_store()  # several replicas only
+        send = functools.partial(self._do_broadcast, src=0, group=None)  # several replicas only
+        where = self._layout.rank, self._layout.nnodes  # several replicas only
+        return coordination.job_store(*where, pg, send)  # several replicas only
 
     @override
     def _do_barrier(self, group: Any) -> None:
