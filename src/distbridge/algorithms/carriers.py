@@ -160,8 +160,10 @@ def ordered_carrier(
     if not in_place:
         keys = order.encode(tensor.to(floats), in_place=False)
         return keys, lambda out: order.decode(out, None).view(floats).to(dtype)
-    # 16-bit floats: a new (contiguous) float32 tensor, the numbers exactly
-    work = tensor if dtype is floats else tensor.to(floats, memory_format=torch.contiguous_format)
+    work = tensor
+    if dtype is not floats:  # a new float32 tensor, the number exactly
+        work = torch.empty(tensor.shape, dtype=floats, device=tensor.device)
+        work.copy_(tensor)
     keys = order.encode(work, in_place=True)
 
     def back_into(out: torch.Tensor) -> torch.Tensor:
