@@ -385,7 +385,7 @@ class BackendPrimitives(ABC):
         works while a collective is wedged; keys under ``distbridge/``), made on first use on
         every rank alike (it may take a collective), while the context is live, and kept until
         ``finalize``. Without peers: None."""
-        if self._store is None and self._layout.world_size > 1 and self.is_current():
+        if self._store is None and self.get_world_size() > 1 and self.is_current():
             self._store = self._make_coordination_store()
         return self._store
 
