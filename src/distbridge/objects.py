@@ -181,15 +181,15 @@ def _reduction(asked: Any, dst: int | None) -> tuple[bool, str]:
 
 def _flatten_agreed(
     d: Mapping[str, Any], asked: Any, dst: int | None, group: Group | None, what: str
-) -> tuple[list[str], torch.Tensor, torch.Tensor, int]:
-    """``_flatten(d)`` and the number of ranks, once every rank has seen every rank's header:
-    a dict or a reduction (``asked``, ``dst``) that any rank refused, dicts that differ across
-    ranks in keys, kinds or shapes, or reductions that differ, raise on every rank alike,
-    before the reduction that would hang or mix them up."""
+) -> tuple[list[str], torch.Tensor, torch.Tensor, int, bool]:
+    """``_flatten(d)``, the number of ranks and whether ``asked`` means a mean, once every rank
+    has seen every rank's header: a dict or a reduction (``asked``, ``dst``) that any rank
+    refused, dicts that differ across ranks in keys, kinds or shapes, or reductions that
+    differ, raise on every rank alike, before the reduction that would hang or mix them up."""
     problem: Exception | None = None
     spelled = ""
     try:
-        spelled = _reduction(asked, dst)[1]
+        mean, spelled = _reduction(asked, dst)
         keys, described, floats, ints = _flatten(d)
         fingerprint = zlib.crc32(repr(described).encode())
         header = [fingerprint, floats.numel(), ints.numel(), zlib.crc32(spelled.encode())]
@@ -215,7 +215,7 @@ def _flatten_agreed(
         )
     if any(row != rows[0] for row in rows):
         raise ValueError(_differences(all_gather_object(described, group), what))
-    return keys, floats, ints, len(rows)
+    return keys, floats, ints, len(rows), mean
 
 
 def _rebuild(
@@ -251,8 +251,7 @@ def _reduce_flat(
     d: Mapping[str, Any], asked: Any, dst: int | None, group: Group | None
 ) -> dict[str, Any]:
     what = "all_reduce_dict" if dst is None else "reduce_dict"
-    keys, floats, ints, world = _flatten_agreed(d, asked, dst, group, what)
-    mean = _reduction(asked, dst)[0]
+    keys, floats, ints, world, mean = _flatten_agreed(d, asked, dst, group, what)
     floats, ints = _summed(floats, dst, group), _summed(ints, dst, group)
     is_receiver = dst is None or current().get_rank() == dst
     if not is_receiver:
