@@ -145,7 +145,7 @@ class HorovodModel(ComputationModel):
             # `fail_together.peer_failure` names the rank from the note. A context adopted
             # from ``hvd.init()`` has no store from the start and keeps Horovod's own behaviour.
             model._coordination_store()
-            model.together = FailingTogether(model, lambda: model._store)
+            model.together = FailingTogether(model, model._coordination_store)
             model.together.start(model._hvd.shutdown)
         return model._set_debug(debug)
 
