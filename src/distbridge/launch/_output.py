@@ -79,19 +79,14 @@ def _ranks(value: object, world_size: int) -> frozenset[int]:
 def split_lines(pending: bytes, data: bytes) -> tuple[list[bytes], bytes]:
     """Complete lines (each ending with b"\\n") of ``pending + data``, and the rest; a line
     longer than `MAX_LINE_BYTES` comes in pieces of that size."""
-    buffer = pending + data
-    lines = []
-    start = 0
-    while True:
-        end = buffer.find(b"\n", start, start + MAX_LINE_BYTES + 1) + 1
-        if end:
-            lines.append(buffer[start:end])
-        elif len(buffer) - start >= MAX_LINE_BYTES:
-            end = start + MAX_LINE_BYTES
-            lines.append(buffer[start:end] + b"\n")
-        else:
-            return lines, buffer[start:]
-        start = end
+    *complete, rest = (pending + data).split(b"\n")
+    size = MAX_LINE_BYTES  # each line in pieces of at most this (an empty line: one piece)
+    lines = [
+        line[i : i + size] + b"\n" for line in complete for i in range(0, len(line) or 1, size)
+    ]
+    whole = len(rest) - len(rest) % size  # the unfinished line's full pieces go out now
+    lines += [rest[i : i + size] + b"\n" for i in range(0, whole, size)]
+    return lines, rest[whole:]
 
 
 def redirect_output(streams: dict[int, Connection]) -> None:
