@@ -189,17 +189,23 @@ def test_environments_detect_raises_on_malformed_environ(monkeypatch: pytest.Mon
 
 # ---- layout_from_env --------------------------------------------------------------------------
 
+_FROM_PEERS = Layout(7, 9, 7, 9, 1, 0)  # what the peers would say, where they are asked
+
+
+def _peers() -> Layout:
+    return _FROM_PEERS
+
 
 def test_layout_from_a_matching_launcher() -> None:
     launch = torchelastic.detect(TORCHRUN)
     assert layout_from_env(launch, 5, 8) == Layout(5, 8, 1, 2, 4, 2)
-    assert layout_from_env(launch, 5, 8, guess=False) == Layout(5, 8, 1, 2, 4, 2)
+    assert layout_from_env(launch, 5, 8, _peers) == Layout(5, 8, 1, 2, 4, 2)
 
 
 def test_layout_without_node_index_is_asked_for_unless_guessing() -> None:
     # Open MPI on several nodes: the local layout is known, the node's index is not.
     launch = LaunchEnvironment("x", rank=5, world_size=8, local_rank=1, local_world_size=2)
-    assert layout_from_env(launch, 5, 8, guess=False) is None
+    assert layout_from_env(launch, 5, 8, _peers) is _FROM_PEERS
     assert layout_from_env(launch, 5, 8) == Layout(5, 8, 1, 2, 4, 2)  # nodes filled in order
 
 
@@ -213,7 +219,7 @@ def test_layout_with_known_nnodes_but_no_node_index() -> None:
     launch = LaunchEnvironment(
         "x", rank=3, world_size=4, local_rank=1, local_world_size=2, nnodes=2
     )
-    assert layout_from_env(launch, 3, 4, guess=False) is None
+    assert layout_from_env(launch, 3, 4, _peers) is _FROM_PEERS
     assert layout_from_env(launch, 3, 4) == Layout(3, 4, 1, 2, 2, 1)
 
 
@@ -221,20 +227,20 @@ def test_layout_without_launcher_guesses_one_node() -> None:
     assert layout_from_env(None, 3, 4) == Layout(3, 4, 3, 4, 1, 0)
 
 
-def test_layout_without_launcher_and_no_guess_is_none() -> None:
-    assert layout_from_env(None, 3, 4, guess=False) is None
+def test_layout_without_launcher_asks_the_peers_when_they_can_be_asked() -> None:
+    assert layout_from_env(None, 3, 4, _peers) is _FROM_PEERS
 
 
-def test_layout_without_local_world_size_and_no_guess_is_none() -> None:
+def test_layout_without_local_world_size_asks_the_peers_when_they_can_be_asked() -> None:
     launch = LaunchEnvironment("x", rank=3, world_size=4, local_rank=1)
-    assert layout_from_env(launch, 3, 4, guess=False) is None
+    assert layout_from_env(launch, 3, 4, _peers) is _FROM_PEERS
     # With a guess, the launcher's local rank is kept (one node assumed for the rest).
     assert layout_from_env(launch, 3, 4) == Layout(3, 4, 1, 4, 1, 0)
 
 
 def test_layout_ignores_a_launcher_describing_another_world() -> None:
     launch = torchelastic.detect(TORCHRUN)  # rank 5 of 8
-    assert layout_from_env(launch, 0, 2, guess=False) is None
+    assert layout_from_env(launch, 0, 2, _peers) is _FROM_PEERS
     layout = layout_from_env(launch, 1, 2)
     assert (layout.rank, layout.world_size, layout.nproc_per_node, layout.nnodes) == (1, 2, 2, 1)
 

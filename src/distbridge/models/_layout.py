@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal, overload
+from typing import Any
 
 import torch
 
@@ -62,25 +62,20 @@ def visible_gpus() -> int:
     return torch.cuda.device_count()
 
 
-@overload
 def layout_from_env(
-    launch: LaunchEnvironment | None, rank: int, world_size: int, *, guess: Literal[True] = True
-) -> Layout: ...
-@overload
-def layout_from_env(
-    launch: LaunchEnvironment | None, rank: int, world_size: int, *, guess: bool
-) -> Layout | None: ...
-def layout_from_env(
-    launch: LaunchEnvironment | None, rank: int, world_size: int, *, guess: bool = True
-) -> Layout | None:
+    launch: LaunchEnvironment | None,
+    rank: int,
+    world_size: int,
+    peers: Callable[[], Layout] | None = None,
+) -> Layout:
     """The layout the launcher described, if it matches ``rank`` and ``world_size``.
 
     Complete when the launcher gives the local rank, the processes on this node, the node's
-    index and the number of nodes. Otherwise, with ``guess``: nodes are assumed filled in
-    rank order (``node_rank = rank // nproc_per_node``, Open MPI's and jsrun's default
-    placement), or one node when even the local layout is unknown; without ``guess``, None,
-    so the caller can ask the peers. Whether a launcher gives the whole layout is the same on
-    every rank of a job, so either every rank asks the peers or none does.
+    index and the number of nodes. Otherwise ``peers()`` when given (the caller asks the
+    peers), else a guess: nodes are assumed filled in rank order (``node_rank = rank //
+    nproc_per_node``, Open MPI's and jsrun's default placement), or one node when even the
+    local layout is unknown. Whether a launcher gives the whole layout is the same on every
+    rank of a job, so either every rank asks the peers or none does.
     """
     if launch is not None and (launch.rank, launch.world_size) != (rank, world_size):
         launch = None  # the launcher describes another job: ignore it
@@ -90,15 +85,15 @@ def layout_from_env(
             return Layout(
                 rank, world_size, launch.local_rank, nproc, launch.nnodes, launch.node_rank
             )
-        if not guess:
-            return None
+        if peers is not None:
+            return peers()
         nnodes = launch.nnodes if launch.nnodes is not None else -(-world_size // nproc)
         node_rank = launch.node_rank if launch.node_rank is not None else rank // nproc
         return Layout(
             rank, world_size, launch.local_rank, nproc, nnodes, min(node_rank, nnodes - 1)
         )
-    if not guess:
-        return None
+    if peers is not None:
+        return peers()
     local = launch.local_rank if launch is not None and launch.local_rank is not None else rank
     return Layout(rank, world_size, local, world_size, 1, 0)
 

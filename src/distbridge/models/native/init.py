@@ -346,10 +346,11 @@ def join_job(
             world_size=world_size,
             device_id=device,
         )
-        rank, world = dist.get_rank(), dist.get_world_size()
-        layout = layout_from_env(launch, rank, world, guess=False)
-        if layout is None:
-            layout = layout_from_store(_c10d._get_default_store(), rank, world, node_name(launch))
+        me, world = dist.get_rank(), dist.get_world_size()
+        store = _c10d._get_default_store  # asked only where the launcher does not say
+        layout = layout_from_env(
+            launch, me, world, lambda: layout_from_store(store(), me, world, node_name(launch))
+        )
         if backend == "nccl":
             check_nccl_gpus(layout.nproc_per_node, layout.local_rank)
         if not takes_cpu_tensors(backend):  # NCCL, XCCL: this rank's device is the current one
