@@ -21,25 +21,23 @@ __all__ = ["LAUNCHER", "detect"]
 
 LAUNCHER = "mpich"
 
-_VARIABLES = (  # first match wins
-    Variables(
-        "MPICH / PMI variables",
-        {
-            "rank": "PMI_RANK",
-            "world_size": "PMI_SIZE",
-            "local_rank": "MPI_LOCALRANKID",
-            "local_world_size": "MPI_LOCALNRANKS",
-        },
-    ),
-    Variables(
-        "MVAPICH2 variables",
-        {
-            "rank": "MV2_COMM_WORLD_RANK",
-            "world_size": "MV2_COMM_WORLD_SIZE",
-            "local_rank": "MV2_COMM_WORLD_LOCAL_RANK",
-            "local_world_size": "MV2_COMM_WORLD_LOCAL_SIZE",
-        },
-    ),
+_PMI = Variables(
+    "MPICH / PMI variables",
+    {
+        "rank": "PMI_RANK",
+        "world_size": "PMI_SIZE",
+        "local_rank": "MPI_LOCALRANKID",
+        "local_world_size": "MPI_LOCALNRANKS",
+    },
+)
+_MVAPICH2 = Variables(
+    "MVAPICH2 variables",
+    {
+        "rank": "MV2_COMM_WORLD_RANK",
+        "world_size": "MV2_COMM_WORLD_SIZE",
+        "local_rank": "MV2_COMM_WORLD_LOCAL_RANK",
+        "local_world_size": "MV2_COMM_WORLD_LOCAL_SIZE",
+    },
 )
 
 
@@ -50,18 +48,11 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
         >>> detect({"PMI_RANK": "3", "PMI_SIZE": "4"}).rank
         3
     """
-    for variables in _VARIABLES:
-        found = detect_from(env, LAUNCHER, variables)
-        if found is not None:
-            srun = variables is _VARIABLES[0] and _srun_pmi(env, found.rank, found.world_size)
-            return None if srun else found
-    return None
-
-
-def _srun_pmi(env: Mapping[str, str], rank: int, world_size: int) -> bool:
-    """True when srun itself set PMI_RANK / PMI_SIZE (they repeat SLURM_PROCID / NTASKS) in a
-    step's task (SLURM_STEP_ID, SLURM_STEPID before SLURM 20.11: what the SLURM detector reads)."""
-    return bool(env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")) and (
-        read_int(env, "SLURM_PROCID"),
-        read_int(env, "SLURM_NTASKS"),
-    ) == (rank, world_size)
+    found = detect_from(env, LAUNCHER, _PMI)
+    if found is None:
+        return detect_from(env, LAUNCHER, _MVAPICH2)
+    # srun set PMI_RANK / PMI_SIZE itself when they repeat SLURM_PROCID / SLURM_NTASKS in a
+    # step's task (SLURM_STEP_ID, SLURM_STEPID before SLURM 20.11: what the SLURM detector reads)
+    in_step = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")
+    srun = (read_int(env, "SLURM_PROCID"), read_int(env, "SLURM_NTASKS"))
+    return None if in_step and srun == (found.rank, found.world_size) else found
