@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from distbridge.environments.base import LaunchEnvironment, Variables, detect_from
 
-__all__ = ["LAUNCHER", "compute_hosts", "detect"]
+__all__ = ["LAUNCHER", "detect"]
 
 LAUNCHER = "lsf"
 _VARIABLES = Variables(  # node_rank and nnodes are not read: 0 and 1 when on one node
@@ -42,22 +42,13 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
     found = detect_from(env, LAUNCHER, _VARIABLES, env.get("LSB_JOBID"))
     if found is None:
         return None
-    hosts = compute_hosts(env.get("LSB_MCPU_HOSTS", ""))
-    return replace(found, master_addr=env.get("MASTER_ADDR") or (hosts[0] if hosts else None))
-
-
-def compute_hosts(mcpu_hosts: str) -> list[str]:
-    """The hosts of ``LSB_MCPU_HOSTS`` that run ranks: the launch node (listed first) is
-    dropped when there are several hosts.
-
-    Raises:
-        ValueError: the value is not pairs of a host name and a slot count.
-    """
-    words = mcpu_hosts.split()
+    mcpu_hosts = env.get("LSB_MCPU_HOSTS", "")
+    words = mcpu_hosts.split()  # host name, slot count, host name, slot count, ...
     if len(words) % 2 or not all(count.isdigit() for count in words[1::2]):
         raise ValueError(
             f"Environment variable LSB_MCPU_HOSTS={mcpu_hosts!r} is not 'host count host "
             "count ...'; fix or unset it, or set MASTER_ADDR."
         )
-    hosts = words[0::2]
-    return hosts[1:] if len(hosts) > 1 else hosts
+    # the first compute host: the launch node, listed first, runs no rank when there are others
+    hosts = words[2::2] or words[0::2]
+    return replace(found, master_addr=env.get("MASTER_ADDR") or (hosts[0] if hosts else None))
