@@ -143,10 +143,25 @@ def check_picklable(
     an argument cannot be sent to a process started with "spawn": a lambda, a nested
     function, one the child cannot find in ``__main__``, or anything ``pickle`` rejects."""
     _check_function(fn)
-    for index, value in enumerate(args):
-        _check_value(value, f"args[{index}]")
-    for name, value in kwargs.items():
-        _check_value(value, f"kwargs[{name!r}]")
+    for where, value in _arguments(args, kwargs):
+        try:
+            pickle.dumps(value)
+        except Exception as err:
+            raise PicklingError(
+                f"The argument {where} = {SHORT_REPR.repr(value)} cannot be sent to a worker "
+                f"process started with 'spawn': {type(err).__name__}: {err}. Pass a value that "
+                "pickle can serialize (numbers, strings, tensors, containers of these), and "
+                "create locks, open files, connections and the like inside the worker function."
+            ) from err
+
+
+def _arguments(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """Each argument of a worker call with its place: ``("args[0]", 1)``, ``("kwargs['lr']",
+    0.1)``."""
+    return [
+        *((f"args[{i}]", value) for i, value in enumerate(args)),
+        *((f"kwargs[{name!r}]", value) for name, value in kwargs.items()),
+    ]
 
 
 def _check_function(fn: Callable[..., Any]) -> None:
@@ -201,18 +216,6 @@ def _check_main_function(fn: Callable[..., Any]) -> None:
         )
 
 
-def _check_value(value: Any, where: str) -> None:
-    try:
-        pickle.dumps(value)
-    except Exception as err:
-        raise PicklingError(
-            f"The argument {where} = {SHORT_REPR.repr(value)} cannot be sent to a worker "
-            f"process started with 'spawn': {type(err).__name__}: {err}. Pass a value that "
-            "pickle can serialize (numbers, strings, tensors, containers of these), and create "
-            "locks, open files, connections and the like inside the worker function."
-        ) from err
-
-
 class ByValue:
     """``fn(local_rank, *args, **kwargs)`` with all three sent by value (cloudpickle)."""
 
@@ -247,12 +250,7 @@ def find_culprit(
 ) -> tuple[str, Any, Exception] | None:
     """The first part of a worker call that cloudpickle rejects: ``(where, value, error)``,
     where ``where`` reads like "the closure variable 'lock' of train"; None if none does."""
-    parts = [
-        *((f"args[{i}]", value) for i, value in enumerate(args)),
-        *((f"kwargs[{name!r}]", value) for name, value in kwargs.items()),
-        *_parts_of(fn, _name(fn)),
-    ]
-    return _culprit(parts, depth=0)
+    return _culprit([*_arguments(args, kwargs), *_parts_of(fn, _name(fn))], depth=0)
 
 
 def _culprit(parts: list[tuple[str, Any]], depth: int) -> tuple[str, Any, Exception] | None:
