@@ -72,7 +72,12 @@ def collect(env: Mapping[str, str] | None = None) -> dict[str, Any]:
             Backends, versions and devices always describe this machine.
     """
     env = os.environ if env is None else env
-    found, caught, error = _detect(env)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            found, error = environments.detect(env), None
+        except ValueError as err:  # malformed launcher variables: report, do not crash
+            found, error = None, str(err)
     launch = None
     if found is not None:
         launch = {"name": found.launcher, **{key: getattr(found, key) for key in _LAUNCH_FIELDS}}
@@ -80,7 +85,7 @@ def collect(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "schema": SCHEMA_VERSION,
         "hostname": socket.gethostname(),
         "launcher": launch,
-        "launcher_warnings": caught,
+        "launcher_warnings": [str(w.message) for w in caught],
         "launcher_error": error,
         "initialize": _plan(found, error, env),
         "backends": _backends(),
@@ -122,17 +127,6 @@ def _environment(env: Mapping[str, str]) -> dict[str, dict[str, str | None]]:
         if name in _LAUNCHER_NAMES or name.startswith(_LAUNCHER_PREFIXES)
     }
     return {"tuning": tuning, "launcher": launcher}
-
-
-def _detect(env: Mapping[str, str]) -> tuple[LaunchEnvironment | None, list[str], str | None]:
-    """The detected launcher (None: no launcher), its warnings, and its error."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            found, error = environments.detect(env), None
-        except ValueError as err:  # malformed launcher variables: report, do not crash
-            found, error = None, str(err)
-    return found, [str(w.message) for w in caught], error
 
 
 def _plan(
