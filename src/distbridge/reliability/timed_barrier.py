@@ -235,7 +235,19 @@ class StoreBarrier:
                 for leaf in ("n", "done", *(f"r{m}" for m in members)):
                     store.delete_key(f"{_key(members, self._calls[members] - 2)}/{leaf}")
             return
-        status = self._wait_done(key, members, timeout, name)
+        try:
+            status = self._wait_done(key, members, timeout, name)
+        except DistributedError:  # PeerFailed (a rank left a failure note), BarrierTimeout
+            raise
+        except RuntimeError as err:  # the store's own error: it stopped answering
+            together = self._model.together
+            note = None if together is None else together.known_failure()
+            if note is not None:  # the store's host failed: its note says why
+                raise stopped(note, self._rank, f"waiting in {_describe(name)}") from err
+            raise DistributedError(
+                f"The coordination store stopped answering while rank {self._rank} waited in "
+                f"{_describe(name)} ({err}); the rank that hosts it (rank 0) may have died."
+            ) from err
         if status != _OK:
             raise DistributedError(status.decode("utf-8", errors="replace"))
 
@@ -249,27 +261,12 @@ class StoreBarrier:
         self._calls[members] = seq + 1
         return _key(members, seq)
 
-    def _unreachable(self, err: RuntimeError, name: str | None) -> DistributedError:
-        together = self._model.together
-        note = None if together is None else together.known_failure()
-        if note is not None:  # the store's host failed: its error says why
-            return stopped(note, self._rank, f"waiting in {_describe(name)}")
-        return DistributedError(
-            f"The coordination store stopped answering while rank {self._rank} waited in "
-            f"{_describe(name)} ({err}); the rank that hosts it (rank 0) may have died."
-        )
-
-    def _missing(self, key: str, members: tuple[int, ...], name: str | None) -> list[int]:
-        try:
-            return [m for m in members if not self._store.check([f"{key}/r{m}"])]
-        except RuntimeError as err:
-            raise self._unreachable(err, name) from err
-
     def _wait_done(
         self, key: str, members: tuple[int, ...], timeout: float, name: str | None
     ) -> bytes:
         """Wait for ``done`` and return its value (``_OK`` also when every member arrived but
-        ``done`` never came: the last one died in between)."""
+        ``done`` never came: the last one died in between), warning at growing intervals of
+        the members still missing; `BarrierTimeout` when some are missing past ``timeout``."""
         done = f"{key}/done"
         start = time.monotonic()
         deadline = start + timeout
@@ -278,38 +275,32 @@ class StoreBarrier:
         block = True
         while True:
             until = min(time.monotonic() + interval, deadline)
-            try:
-                if await_keys(self._store, [done], until, self._rank, doing, block):
-                    return bytes(self._store.get(done))
-            except DistributedError:  # PeerFailed: a rank left a failure note
-                raise
-            except RuntimeError as err:
-                raise self._unreachable(err, name) from err
+            if await_keys(self._store, [done], until, self._rank, doing, block):
+                return bytes(self._store.get(done))
             block = False
             now = time.monotonic()
+            missing = [m for m in members if not self._store.check([f"{key}/r{m}"])]
             if now >= deadline:
-                missing = self._missing(key, members, name)
                 if not missing:
                     return _OK
-                self._raise_timeout(missing, members, timeout, name)
+                raise self._timed_out(missing, members, timeout, name)
             LOG.warning(
                 "Rank %d has waited %.1f s in %s: ranks %s of %s have not arrived%s.",
-                self._rank, now - start, _describe(name),
-                self._missing(key, members, name), list(members),
+                self._rank, now - start, _describe(name), missing, list(members),
                 "" if math.isinf(timeout) else f" (timeout {timeout:g} s)",
             )  # fmt: skip
             interval = min(interval * 2, MAX_WARNING_INTERVAL)
 
-    def _raise_timeout(
+    def _timed_out(
         self, missing: list[int], members: tuple[int, ...], timeout: float, name: str | None
-    ) -> None:
+    ) -> BarrierTimeout:
         what = _describe(name)
         reason = f"{what} timed out on rank {self._rank}; missing ranks {missing}"
         dump_all_stacks(self._model, reason)
         together, why = self._model.together, None
         with contextlib.suppress(Exception):  # a verdict must never hide the timeout
             why = None if together is None else together.verdict({}, ANSWER_WAIT_SECONDS)
-        raise BarrierTimeout(
+        return BarrierTimeout(
             f"{what[0].upper()}{what[1:]} timed out after {timeout:g} s on rank {self._rank}: "
             f"ranks {missing} of the group {list(members)} did not arrive. Their Python stacks "
             "were requested in the log (distbridge.dump_stacks); look there for where they "
