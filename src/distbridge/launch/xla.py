@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map_only
 
 from distbridge.errors import WorkerFailedError
 from distbridge.launch._joinable import Activate, JoinedCall, MakeModel
@@ -48,15 +49,9 @@ from distbridge.reliability.hang.signals import answer_report_signal, report_dir
 __all__ = ["spawn_xla"]
 
 
-def _cpu_values(value: Any) -> Any:
-    """``value`` with its XLA tensors moved to the CPU: the parent has no XLA runtime."""
-    from torch.utils import _pytree
-
-    def move(leaf: Any) -> Any:
-        is_xla = isinstance(leaf, torch.Tensor) and leaf.device.type == "xla"
-        return leaf.cpu() if is_xla else leaf
-
-    return _pytree.tree_map(move, value)
+def _on_cpu(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``, moved to the CPU if it is an XLA tensor: the parent has no XLA runtime."""
+    return tensor.cpu() if tensor.device.type == "xla" else tensor
 
 
 @dataclass(frozen=True)
@@ -104,7 +99,7 @@ class _Replica(JoinedCall):
                 f"nproc_per_node={devices}, or limit the devices (TPU_VISIBLE_CHIPS, "
                 "CPU_NUM_DEVICES, ...)."
             )
-        return _cpu_values(self.run())
+        return tree_map_only(torch.Tensor, _on_cpu, self.run())
 
 
 def spawn_xla(
