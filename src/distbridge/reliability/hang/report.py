@@ -122,13 +122,10 @@ def _engine_part(engine: EngineTrace | None, limit: int) -> dict[str, Any] | Non
 
 
 def report(
-    rank: int,
-    ledger: CollectiveLedger,
-    engine: EngineTrace | None = None,
-    engine_data: Mapping[str, Any] | None = None,
+    rank: int, ledger: CollectiveLedger, engine: EngineTrace | None = None
 ) -> dict[str, Any]:
     """This rank's answer: its ledger's tail, where its main thread is, its stack, and its
-    engine's record (read from ``engine`` now, unless ``engine_data`` already holds it)."""
+    engine's record (read from ``engine``)."""
     where, stack = where_now()
     data: dict[str, Any] = {
         "rank": rank,
@@ -137,9 +134,9 @@ def report(
         "stack": stack,
         "time": time.time(),
     }
-    trace = engine_data if engine_data is not None else _engine_part(engine, SHOWN)
+    trace = _engine_part(engine, SHOWN)
     if trace is not None:
-        data["engine"] = dict(trace)
+        data["engine"] = trace
     return data
 
 
@@ -217,16 +214,17 @@ class Reporter(StoreThread):
         now = time.monotonic()
         if self._dir and (changed or now - self._written >= REWRITE_SECONDS):
             self._written = now
-            engine = None if changed else self._still_engine(version, now)
+            engine = None if changed else self._still_engine
             with contextlib.suppress(OSError):  # the folder is gone or full: answer on
-                write_report(self._dir, self._rank, report(self._rank, self._ledger, None, engine))
+                write_report(self._dir, self._rank, report(self._rank, self._ledger, engine))
 
-    def _still_engine(self, version: int, now: float) -> dict[str, Any] | None:
-        """The engine's record while the ledger stands still at ``version``: read once per
-        version, again after `ENGINE_REFRESH_SECONDS`."""
+    def _still_engine(self, limit: int) -> dict[str, Any] | None:
+        """The engine's record while the ledger stands still (an `EngineTrace`): read once per
+        ledger version, again after `ENGINE_REFRESH_SECONDS`."""
+        version, now = self._ledger.version(), time.monotonic()
         read = self._engine_read
         if read is None or read[0] != version or now - read[1] >= ENGINE_REFRESH_SECONDS:
-            read = self._engine_read = (version, now, _engine_part(self._engine, SHOWN))
+            read = self._engine_read = (version, now, _engine_part(self._engine, limit))
         return read[2]
 
 
