@@ -46,8 +46,7 @@ def ranks_text(ranks: Iterable[int]) -> str:
 
 
 def _last(records: Sequence[Record], group: Members | None) -> Record | None:
-    mine = [r for r in records if r.group == group]
-    return max(mine, key=lambda r: r.seq) if mine else None
+    return max((r for r in records if r.group == group), key=lambda r: r.seq, default=None)
 
 
 def engine_lines(

@@ -125,9 +125,7 @@ def _stale(pid: int) -> bool:
 
 def prune_cards() -> None:
     """Remove the stale cards (see the module): a job's first step, and every ``why``'s."""
-    for pid in _pids():
-        if _stale(pid):
-            _remove(_card(pid))
+    remove_cards(pid for pid in _pids() if _stale(pid))
 
 
 def remove_cards(pids: Iterable[int]) -> None:

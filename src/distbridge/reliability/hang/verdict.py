@@ -137,8 +137,7 @@ class _Ledgers:
 
     def groups(self) -> list[Members | None]:
         """Every group seen, the world first, then by members."""
-        others = sorted(g for g in self.by_group if g is not None)
-        return [None, *others] if None in self.by_group else list(others)
+        return sorted(self.by_group, key=lambda group: (group is not None, group or ()))
 
     def members(self, group: Members | None) -> list[int]:
         return list(range(self.world_size)) if group is None else list(group)
