@@ -98,23 +98,24 @@ def load_checkpoint(
 
     model = _unwrapped(model)
     rank0 = _api.get_rank() == 0
-    found = broadcast_object(Path(path).is_file() if rank0 else None, src=0)
+    found = rank0 and Path(path).is_file()
+    state = torch.load(Path(path), map_location="cpu", weights_only=True) if found else {}
+    # what rank 0 found, in one broadcast: every rank raises alike, before any state is sent
+    meta = (found, "optimizer" in state, state.get("extra", {})) if rank0 else None
+    found, has_optimizer, extra = broadcast_object(meta, src=0)
     if not found:
         raise FileNotFoundError(
             f"load_checkpoint(): rank 0 finds no file at {str(path)!r}; pass the path "
             "save_checkpoint wrote (rank 0 reads it)."
         )
-    state = torch.load(Path(path), map_location="cpu", weights_only=True) if rank0 else {}
-    native = _api.model_name() == "native-dist"
-    if not native and _api.get_world_size() > 1:  # Horovod, XLA: rank 0's values, sent
-        state = broadcast_object(state if rank0 else None, src=0)
-    meta = ("optimizer" in state, state.get("extra", {})) if rank0 else None
-    has_optimizer, extra = broadcast_object(meta, src=0)
     if optimizer is not None and not has_optimizer:
         raise ValueError(
             f"load_checkpoint({str(path)!r}) got an optimizer, but the file holds no optimizer "
             "state; save it with save_checkpoint(path, model, optimizer), or pass no optimizer."
         )
+    native = _api.model_name() == "native-dist"
+    if not native and _api.get_world_size() > 1:  # Horovod, XLA: rank 0's values, sent
+        state = broadcast_object(state if rank0 else None, src=0)
     options = StateDictOptions(full_state_dict=native, broadcast_from_rank0=native)
     set_model_state_dict(model, state.get("model", {}), options=options)
     if optimizer is not None:
