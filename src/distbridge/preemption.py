@@ -153,8 +153,11 @@ class StopGuard:
         if world > 1 and step % self.check_every:
             return False
         now, last, self._last_check = time.monotonic(), self._last_check, time.monotonic()
-        if now - last > self.kill_after / 2 and world > 1:
-            self._warn_slow(now - last)
+        if now - last > self.kill_after / 2 and world > 1 and get_rank() == 0 and not self._warned:
+            self._warned = True  # once: the agreements are too far apart for a launcher's kill
+            _say(f"the ranks agree every {now - last:.1f} s (check_every={self.check_every}), "
+                 f"the launcher kills {self.kill_after:g} s after SIGTERM (kill_after): a stop "
+                 "may not reach its checkpoint in time. Lower check_every.")  # fmt: skip
         local = _NONE
         if self.received:
             timeout = all(s in self.timeout_signals for s, _ in self.received)
@@ -238,14 +241,6 @@ class StopGuard:
                  "--requeue? Resubmit it to resume.")  # fmt: skip
         else:
             _say(f"requeued SLURM job {job} (restart {restarts + 1}).")
-
-    def _warn_slow(self, interval: float) -> None:
-        """Once, on rank 0: the agreements are too far apart for a launcher's kill."""
-        if get_rank() == 0 and not self._warned:
-            self._warned = True
-            _say(f"the ranks agree every {interval:.1f} s (check_every={self.check_every}), the "
-                 f"launcher kills {self.kill_after:g} s after SIGTERM (kill_after): a stop may "
-                 "not reach its checkpoint in time. Lower check_every.")  # fmt: skip
 
     def _warn_if_undeliverable(self) -> None:
         if not os.environ.get("TORCHELASTIC_RUN_ID") or get_rank() != 0:
