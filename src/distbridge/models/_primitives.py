@@ -130,7 +130,13 @@ class BackendPrimitives(ABC):
         checked here; ``_launcher`` says which function of ``distbridge.launch`` starts the
         workers.
         """
-        cls._check_spawn_options(kwargs)
+        given = {"backend", "activate"} if cls.spawn_takes_activate else {"backend"}
+        unknown = sorted(set(kwargs) - given - set(cls.spawn_options))
+        if unknown:
+            raise TypeError(
+                f"spawn() got unexpected keyword arguments {unknown}; the {cls.name} model "
+                f"takes {', '.join(cls.spawn_options) or 'none'}."
+            )
         launch = cls._launcher(kwargs)
         return launch(cls.from_backend, fn, args, kwargs_dict, nproc_per_node, **kwargs)
 
@@ -143,17 +149,6 @@ class BackendPrimitives(ABC):
         raise ValueError(
             f"The {cls.name} model cannot spawn processes; name a backend such as 'gloo'."
         )
-
-    @classmethod
-    def _check_spawn_options(cls, options: Mapping[str, Any]) -> None:
-        """TypeError naming every keyword of ``spawn`` this model does not take."""
-        given = {"backend", "activate"} if cls.spawn_takes_activate else {"backend"}
-        unknown = sorted(set(options) - given - set(cls.spawn_options))
-        if unknown:
-            raise TypeError(
-                f"spawn() got unexpected keyword arguments {unknown}; the {cls.name} model "
-                f"takes {', '.join(cls.spawn_options) or 'none'}."
-            )
 
     @classmethod
     def _check_init(
