@@ -23,6 +23,7 @@ __all__ = [
 ]
 
 _CPU = torch.device("cpu")
+_ACCELERATOR = getattr(torch, "accelerator", None)  # None: torch < 2.6
 # Backends torch ships (and its placeholders) and torch_xla's own (the XLA model runs it,
 # under the backend name "xla-tpu"): not plug-ins of the native model.
 _TORCH_BACKENDS = frozenset(("undefined", "gloo", "nccl", "xccl", "ucc", "mpi", "fake", "xla"))
@@ -38,12 +39,11 @@ _DEFAULT_BACKENDS = {"cpu": "gloo", "cuda": "nccl", "xpu": "xccl"}
 
 def accelerator_type() -> str | None:
     """The type of this process's accelerator ("cuda", "xpu", "mps", ...); None without one."""
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is None:  # torch < 2.6
+    if _ACCELERATOR is None:
         return "cuda" if torch.cuda.is_available() else None
-    if not accelerator.is_available():
+    if not _ACCELERATOR.is_available():
         return None
-    found = accelerator.current_accelerator()
+    found = _ACCELERATOR.current_accelerator()
     return None if found is None else str(found.type)
 
 
@@ -51,8 +51,9 @@ def accelerator_count() -> int:
     """How many devices of that accelerator this process can use (0 without one)."""
     if accelerator_type() is None:
         return 0
-    accelerator = getattr(torch, "accelerator", None)
-    return int(accelerator.device_count()) if accelerator is not None else torch.cuda.device_count()
+    if _ACCELERATOR is None:
+        return torch.cuda.device_count()
+    return int(_ACCELERATOR.device_count())
 
 
 def local_device() -> torch.device:
@@ -61,9 +62,9 @@ def local_device() -> torch.device:
     kind = accelerator_type()
     if kind is None:
         return _CPU
-    accelerator = getattr(torch, "accelerator", None)
-    index = accelerator.current_device_index() if accelerator is not None else None
-    return torch.device(kind, torch.cuda.current_device() if index is None else index)
+    if _ACCELERATOR is None:
+        return torch.device(kind, torch.cuda.current_device())
+    return torch.device(kind, _ACCELERATOR.current_device_index())
 
 
 def default_backend(device_type: str | None = None) -> str:
