@@ -95,25 +95,23 @@ def init_process_group(
     assert launch is not None
     if how == "mpi":
         dist.init_process_group(backend, **extra)  # the MPI runtime knows rank and world
-    elif how == "rank0-store":
-        store = _launcher_store(launch, timeout)
+        return
+    agent = how == "launcher-store"
+    store = _agent_store_client(launch, timeout) if agent else _launcher_store(launch, timeout)
+    try:
         dist.init_process_group(
             backend, store=store, rank=launch.rank, world_size=launch.world_size, **extra
         )
-    elif how == "launcher-store":
-        store = _agent_store_client(launch, timeout)
-        try:
-            dist.init_process_group(
-                backend, store=store, rank=launch.rank, world_size=launch.world_size, **extra
-            )
-        except RuntimeError as err:  # DistStoreError: a peer never arrived
-            raise DistributedError(
-                f"Rank {launch.rank}: not all {launch.world_size} ranks of the job joined "
-                f"within the timeout (store at {launch.master_addr}:{launch.master_port}, "
-                f"{launch.nnodes or 1} node(s)): a node never started its workers or failed at "
-                f"start-up. Start every node with the same nnodes, master_addr and master_port. "
-                f"({err})"
-            ) from err
+    except RuntimeError as err:  # DistStoreError: a peer never arrived
+        if not agent:  # rank 0's store: torch's error as it is
+            raise
+        raise DistributedError(
+            f"Rank {launch.rank}: not all {launch.world_size} ranks of the job joined "
+            f"within the timeout (store at {launch.master_addr}:{launch.master_port}, "
+            f"{launch.nnodes or 1} node(s)): a node never started its workers or failed at "
+            f"start-up. Start every node with the same nnodes, master_addr and master_port. "
+            f"({err})"
+        ) from err
 
 
 def rendezvous(launch: LaunchEnvironment | None, backend: str, env: Mapping[str, str]) -> str:
