@@ -51,9 +51,7 @@ def accelerator_count() -> int:
     """How many devices of that accelerator this process can use (0 without one)."""
     if accelerator_type() is None:
         return 0
-    if _ACCELERATOR is None:
-        return torch.cuda.device_count()
-    return int(_ACCELERATOR.device_count())
+    return int((_ACCELERATOR or torch.cuda).device_count())  # CUDA's before torch 2.6
 
 
 def local_device() -> torch.device:
