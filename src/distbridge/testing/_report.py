@@ -121,24 +121,29 @@ class WorldRun:
     def report(self) -> str:
         """Every rank's part: tracebacks of the ranks that failed, stacks of those stopped."""
         first = self.first_failure()
+        # where each stopped rank is, from its stack: {0: "in barrier at test_x.py:12"}
+        places = {rank: where(self.stacks.get(rank, ""), self.path) for rank in self.stopped}
         if self.timed_out or first is None:
-            places = ", ".join(
-                f"rank {rank} {place}" for rank, place in sorted(self._places().items())
-            )
+            found = ", ".join(f"rank {rank} {at}" for rank, at in sorted(places.items()) if at)
             head = (
                 f"{self.name} ran past its timeout of {self.timeout:g} s on {self.world}: "
-                f"{ranks_text(self.stopped)} still running{f' ({places})' if places else ''}. "
+                f"{ranks_text(self.stopped)} still running{f' ({found})' if found else ''}. "
                 "Their Python stacks follow (innermost call first): look there for where they "
                 "wait, or raise the timeout (@pytest.mark.distbridge(timeout=...))."
             )
             if self.verdict:
                 head += f"\nWhy, from every rank's collective ledger:\n{self.verdict}"
+            why = "at the timeout"
         else:
             head = f"{self.name} failed on rank {first.rank} of {self.world}: {first.summary}"
             if first.detail:  # a table or a hint the first line announces
                 head += "\n" + first.detail
+            why = f"after rank {first.rank} failed"
+        did = {o.rank: "passed" if o.passed else o.summary for o in self.outcomes}
+        for rank in self.stopped:
+            did[rank] = f"still running, stopped {why}{f', {places[rank]}' if places[rank] else ''}"
         lines = [head, "", "What each rank did:"]
-        lines += [f"  rank {rank}: {line}" for rank, line in sorted(self._one_liners().items())]
+        lines += [f"  rank {rank}: {line}" for rank, line in sorted(did.items())]
         for outcome in sorted(self.outcomes, key=lambda o: (o is not first, o.rank)):
             if not outcome.passed:
                 body = outcome.traceback.rstrip() or f"(no traceback: {outcome.summary})"
@@ -149,23 +154,6 @@ class WorldRun:
         if self.replaced:
             lines += ["", "The world was stopped; the next test starts a fresh one."]
         return "\n".join(lines)
-
-    def _one_liners(self) -> dict[int, str]:
-        lines = {o.rank: "passed" if o.passed else o.summary for o in self.outcomes}
-        first = self.first_failure()
-        why = "at the timeout"
-        if first is not None and not self.timed_out:
-            why = f"after rank {first.rank} failed"
-        places = self._places()
-        for rank in self.stopped:
-            place = f", {places[rank]}" if rank in places else ""
-            lines[rank] = f"still running, stopped {why}{place}"
-        return lines
-
-    def _places(self) -> dict[int, str]:
-        """Where each stopped rank is, from its stack: ``{0: "in barrier at test_x.py:12"}``."""
-        places = {rank: where(self.stacks.get(rank, ""), self.path) for rank in self.stopped}
-        return {rank: place for rank, place in places.items() if place is not None}
 
 
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+),? in (?P<function>\S+)')
@@ -178,10 +166,6 @@ class Frame:
     path: str
     line: int
     function: str
-
-    def place(self) -> str:
-        """``test_x.py:12``."""
-        return f"{os.path.basename(self.path)}:{self.line}"
 
 
 def frames(stack: str) -> list[Frame]:
@@ -219,7 +203,7 @@ def where(stack: str, test_file: str = "") -> str | None:
     if found is None:
         return None
     frame, callee = found
-    return f"in {(callee or frame).function} at {frame.place()}"
+    return f"in {(callee or frame).function} at {os.path.basename(frame.path)}:{frame.line}"
 
 
 def _parse(text: str) -> list[Frame]:
