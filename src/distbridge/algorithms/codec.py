@@ -42,16 +42,9 @@ __all__ = [
 CANONICAL_OPS = ("SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "AVG", "ADASUM")
 _OP_ALIASES = {"AVERAGE": "AVG", "MEAN": "AVG", "PROD": "PRODUCT", "BAND": "AND", "BOR": "OR"}
 
-KIND_INT, KIND_FLOAT, KIND_BOOL, KIND_STR, KIND_PATH, KIND_OBJECT, KIND_TENSOR = range(1, 8)
-KIND_NAMES = {
-    KIND_INT: "int",
-    KIND_FLOAT: "float",
-    KIND_BOOL: "bool",
-    KIND_STR: "str",
-    KIND_PATH: "Path",
-    KIND_OBJECT: "object",
-    KIND_TENSOR: "tensor",
-}
+#: kind code -> name: the codes count from 1 in this order (0 is no kind)
+KIND_NAMES = dict(enumerate(("int", "float", "bool", "str", "Path", "object", "tensor"), start=1))
+KIND_INT, KIND_FLOAT, KIND_BOOL, KIND_STR, KIND_PATH, KIND_OBJECT, KIND_TENSOR = KIND_NAMES
 NUMBER_KINDS = frozenset((KIND_INT, KIND_FLOAT, KIND_BOOL))
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
