@@ -71,19 +71,16 @@ def broadcast_value(model: ModelContract, value: Any, src: int, group: Any) -> A
     """Broadcast a non-tensor value, or a tensor in safe mode; ``value`` is None off ``src``.
     A source that cannot encode its value still sends a header (kind 0): every rank raises."""
     is_src = value is not None
-    failure: Exception | None = None
-    kind, a, b, payload = _SEND_FAILED, 0, 0, b""
+    kind, a, b, payload = _SEND_FAILED, 0, 0, b""  # off the source: a header to receive into
     if is_src:
         try:
             kind, a, b, payload = _encode(value, objects=False)
         except (TypeError, ValueError) as err:
-            failure = err
-            a = _failure_code(err)
+            broadcast_failure(model, err, src, group)
+            raise
     sent = model._do_broadcast(_header(model, kind, a, b, payload), src, group)
     row = sent.cpu().numpy()
     kind, a, b = (int(x) for x in row[:3])
-    if failure is not None:
-        raise failure
     if kind == _SEND_FAILED:  # the source's own error type, so every rank raises alike
         error = ValueError if a else TypeError
         raise error(
