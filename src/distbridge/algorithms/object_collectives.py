@@ -73,21 +73,14 @@ class _Pickler(pickle.Pickler):
         super().__init__(file, protocol=5, buffer_callback=keep)
 
     def reducer_override(self, obj: Any) -> Any:
-        if type(obj) is not torch.Tensor or not _out_of_band(obj):
+        # Out of band: a tensor whose bytes come back as a plain tensor (autograd or
+        # quantization metadata keeps it in band, where pickle keeps it).
+        if type(obj) is not torch.Tensor or obj.device.type != "cpu":
+            return NotImplemented
+        if obj.layout != torch.strided or obj.requires_grad or obj.is_quantized:
             return NotImplemented
         data = as_bytes(obj.resolve_conj().resolve_neg()).numpy().data
         return _tensor, (pickle.PickleBuffer(data), obj.dtype, tuple(obj.shape))
-
-
-def _out_of_band(tensor: torch.Tensor) -> bool:
-    """Whether ``tensor``'s bytes can travel as a raw buffer and come back as a plain tensor
-    (autograd or quantization metadata keeps it in band, where pickle keeps it)."""
-    return (
-        tensor.device.type == "cpu"
-        and tensor.layout == torch.strided
-        and not tensor.requires_grad
-        and not tensor.is_quantized
-    )
 
 
 _NO_BYTES = torch.empty(0, dtype=torch.uint8)  # torch.frombuffer refuses an empty buffer
