@@ -113,7 +113,6 @@ def serve(
     rank: int,
     conn: Connection,
     backend: str | None,
-    world_size: int,
     env: Mapping[str, str],
     log_path: str,
     debug: bool,
@@ -140,7 +139,7 @@ def serve(
             exit_now(1)
         if task is None:
             break
-        outcome = _run(task, rank, world_size, model)
+        outcome = _run(task, rank, model)
         _flush()
         conn.send(outcome)
     if model is not None and model.is_current():
@@ -161,7 +160,7 @@ def _isolate(log_path: str) -> None:
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
 
 
-def _run(task: Task, rank: int, world_size: int, model: ComputationModel | None) -> Outcome:
+def _run(task: Task, rank: int, model: ComputationModel | None) -> Outcome:
     env = dict(os.environ)
     kwargs: dict[str, Any] = {}
     try:
@@ -171,7 +170,7 @@ def _run(task: Task, rank: int, world_size: int, model: ComputationModel | None)
     except BaseException as exc:
         skipped = _is_skip(exc)
         if not skipped:  # a skip leaves the world up: its peers may finish, or skip too
-            _fail_together(model, rank, world_size, exc)
+            _fail_together(model, rank, exc)
         tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
         # A PeerFailed's cause is the backend's "Connection closed by peer": noise here.
         chain = not isinstance(exc, PeerFailed)
@@ -211,11 +210,12 @@ def _undo_patches(kwargs: dict[str, Any]) -> None:
                 value.undo()
 
 
-def _fail_together(
-    model: ComputationModel | None, rank: int, world: int, exc: BaseException
-) -> None:
+def _fail_together(model: ComputationModel | None, rank: int, exc: BaseException) -> None:
     """Fail together: leave the failure note and cut this rank's connections."""
-    if model is not None and model.together is not None and model.is_current() and world > 1:
+    if model is None or model.together is None or not model.is_current():
+        return
+    world = model.get_world_size()
+    if world > 1:
         with contextlib.suppress(Exception):
             record_failure(model.together.store_of(), rank, summarize(exc), world)
             model.abort_communicator()

@@ -188,7 +188,7 @@ class WarmWorld:
         for rank, log in enumerate(self._logs):
             rank_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}
             parent_end, child_end = context.Pipe()
-            how = (self.backend, self.nproc, rank_env, str(log), self.debug)
+            how = (self.backend, rank_env, str(log), self.debug)
             process = context.Process(
                 target=serve, args=(rank, child_end, *how), name=f"distbridge-world-rank{rank}"
             )
