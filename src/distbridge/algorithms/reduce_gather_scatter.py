@@ -45,9 +45,7 @@ def _flat_padded(tensor: torch.Tensor, length: int) -> torch.Tensor:
     flat = tensor.reshape(-1)
     if flat.numel() == length:
         return flat.contiguous()
-    out = flat.new_zeros(length)
-    out[: flat.numel()] = flat
-    return out
+    return torch.nn.functional.pad(flat, (0, length - flat.numel()))
 
 
 def _cut(flat: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
@@ -279,11 +277,10 @@ def _scatter_into(
     # The chunks go where the receiving tensor is: gloo scatters CUDA tensors only into CUDA.
     chunks = [t.to(work.device).contiguous() for t in tensors] if tensors is not None else None
     got = _do_scatter(model, chunks, work, src, group)
-    carried = out.dtype not in model.uncarried_dtypes
-    if group is None and work is out and carried and problem is None:  # went as it was
-        model.fast_scatter.remember(out)  # see scatter_known
     if problem is not None:
         raise problem
+    if group is None and work is out and out.dtype not in model.uncarried_dtypes:  # as it was
+        model.fast_scatter.remember(out)  # see scatter_known
     return write_back(out, got)
 
 
