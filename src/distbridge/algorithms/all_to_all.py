@@ -56,16 +56,15 @@ def all_to_all(
                 f"got {found}; pass same_shape=False for uneven sizes."
             )
         dtype = tensors[0].dtype
-        sent = received = [tuple(tensors[0].shape)] * size
+        received = [tuple(tensors[0].shape)] * size
     else:
         dtype, shapes = shape_rows.decode(table)  # row j * size + k: what j sends to k
-        sent = shapes[me * size : (me + 1) * size]  # any number of dims in each
-        received = shapes[me::size]
+        received = shapes[me::size]  # any number of dims in each
     placed = [model.to_placement(t) for t in tensors]
     data = _joined(placed, _end_to_end(placed))
     raw = dtype in model.uncarried_dtypes  # then it goes as its bytes: the splits count bytes
     width = dtype.itemsize if raw else 1
-    in_splits = [math.prod(s) * width for s in sent]
+    in_splits = [p.numel() * width for p in placed]
     out_splits = [math.prod(s) * width for s in received]
     sendable = byte_view.as_bytes(data) if raw else data
     out = model._do_all_to_all(sendable, in_splits, out_splits, resolved)
