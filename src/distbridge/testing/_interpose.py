@@ -18,10 +18,9 @@ from contextlib import contextmanager
 from types import MethodType
 from typing import Any, Final, NamedTuple
 
-from distbridge.errors import suggest
 from distbridge.models.base import COLLECTIVES, ComputationModel
 
-__all__ = ["Call", "Layer", "check_op", "installed"]
+__all__ = ["Call", "Layer", "installed"]
 
 #: each model's installed layers (innermost first) over what its collectives were before the
 #: first (a patch of the user's is kept); kept here, not on the model (the layers below the
@@ -71,18 +70,6 @@ class Call(NamedTuple):
         if self.args:
             return self.proceed(data[0], *self.args[1:], **self.kwargs)
         return self.proceed(*self.args, **{**self.kwargs, name: data[0]})
-
-
-def check_op(op: object) -> str:
-    """``op`` if it names a collective; TypeError or ValueError (with a suggestion) if not."""
-    if not isinstance(op, str):
-        raise TypeError(f"op must be the name of a collective (a str), got {op!r}.")
-    if op not in COLLECTIVES:
-        raise ValueError(
-            f"op={op!r} is not a distbridge collective. Choose one of: "
-            f"{', '.join(COLLECTIVES)}.{suggest(op, COLLECTIVES)}"
-        )
-    return op
 
 
 class Layer(ABC):

@@ -24,7 +24,9 @@ from typing import Any
 import torch
 
 from distbridge import _state
-from distbridge.testing._interpose import Call, Layer, check_op, installed
+from distbridge.errors import suggest
+from distbridge.models.base import COLLECTIVES
+from distbridge.testing._interpose import Call, Layer, installed
 from distbridge.testing._worker import exit_now
 
 __all__ = [
@@ -262,7 +264,13 @@ def inject(
             f"action must be a fault action such as faults.Raise(RuntimeError('boom')), "
             f"got {action!r}."
         )
-    check_op(op)
+    if not isinstance(op, str):
+        raise TypeError(f"op must be the name of a collective (a str), got {op!r}.")
+    if op not in COLLECTIVES:
+        raise ValueError(
+            f"op={op!r} is not a distbridge collective. Choose one of: "
+            f"{', '.join(COLLECTIVES)}.{suggest(op, COLLECTIVES)}"
+        )
     if not isinstance(call, int) or isinstance(call, bool) or call < 1:
         raise ValueError(f"call must be an int >= 1 (1: the first {op} call), got {call!r}.")
     model = _state.current()
