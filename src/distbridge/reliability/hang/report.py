@@ -188,11 +188,10 @@ class Reporter(StoreThread):
         """End the thread; ``publish`` (``finalize``): publish the ledger (and write the dump
         file) as it ends."""
         super().stop()
-        if publish:
+        if publish:  # one last tick, the ledger taken as changed
             with contextlib.suppress(Exception), self._lock:
-                if self._dir:
-                    write_report(self._dir, self._rank, report(self._rank, self._ledger))
-                self._publish()
+                self._published = -1
+                self._tick()
         disable_fault_dump()
 
     def _publish(self) -> None:
