@@ -109,8 +109,7 @@ def _is_numpy_bool(value: object) -> bool:
 def encode_number(value: Any, kind: int) -> int:
     """The 64-bit pattern of a number, as a signed int; ValueError when an int does not fit."""
     if kind == KIND_FLOAT:
-        bits: int = struct.unpack("<q", struct.pack("<d", float(value)))[0]
-        return bits
+        return int(struct.unpack("<q", struct.pack("<d", float(value)))[0])
     as_int = int(value)
     if not _INT64_MIN <= as_int <= _INT64_MAX:
         raise ValueError(
@@ -122,8 +121,7 @@ def encode_number(value: Any, kind: int) -> int:
 def decode_number(bits: int, kind: int) -> int | float | bool:
     """The number whose 64-bit pattern is ``bits``; inverse of `encode_number`."""
     if kind == KIND_FLOAT:
-        value: float = struct.unpack("<d", struct.pack("<q", bits))[0]
-        return value
+        return float(struct.unpack("<d", struct.pack("<q", bits))[0])
     if kind == KIND_BOOL:
         return bool(bits)
     return bits

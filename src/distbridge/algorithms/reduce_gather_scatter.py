@@ -325,5 +325,4 @@ def reduce_scatter(model: ModelContract, tensor: Any, op: str, group: Any) -> An
     out = model._do_reduce_scatter(work, sent_op, resolved)
     if sent_op != name:
         divide_(out, size)
-    result = out if back is None else back(out)
-    return result.to(tensor.device)
+    return (out if back is None else back(out)).to(tensor.device)
