@@ -45,19 +45,15 @@ def bus_factor(op: str, group_size: int) -> float | None:
     return None if factor is None or group_size < 1 else factor(group_size)
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 def _payload(value: Any) -> tuple[int, str]:
     """(bytes, dtype) of a collective's data argument, as `record` counts them (a number
     travels as int64 / float64; an object's pickled size is only known inside the call;
     barrier has no argument: dtype "")."""
     if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size(), _dtype_name(value.dtype)
+        value = [value]
     if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
         nbytes = sum(t.numel() * t.element_size() for t in value if isinstance(t, torch.Tensor))
-        return nbytes, _dtype_name(value[0].dtype)
+        return nbytes, str(value[0].dtype).removeprefix("torch.")
     if isinstance(value, (bool, int, float)):
         return 8, type(value).__name__
     if isinstance(value, str):
@@ -244,8 +240,7 @@ class Recording(Layer):
         model.register_comm_hook(None, lambda state, bucket: self._ddp_hook(state, bucket))
 
     def _ddp_hook(self, state: Any, bucket: Any) -> Any:
-        buffer = bucket.buffer()
-        nbytes, dtype = buffer.numel() * buffer.element_size(), _dtype_name(buffer.dtype)
+        nbytes, dtype = _payload(bucket.buffer())
         start = time.perf_counter()
 
         def done(future: Any) -> Any:
