@@ -113,8 +113,8 @@ def _flatten(
         raise TypeError(f"Every key must be a str (they are sorted across ranks), got {odd[0]!r}.")
     keys = sorted(d)
     described: list[tuple[str, str]] = []
-    floats: list[torch.Tensor] = []
-    ints: list[torch.Tensor] = []
+    floats = [torch.empty(0, dtype=torch.float64)]  # torch.cat needs one tensor at least
+    ints = [torch.empty(0, dtype=torch.int64)]
     for key in keys:
         value = d[key]
         if isinstance(value, torch.Tensor):
@@ -135,7 +135,7 @@ def _flatten(
         if isinstance(value, torch.Tensor):
             kind = f"{kind} tensor of shape {tuple(value.shape)}"
         described.append((key, kind))
-    return keys, described, _cat(floats, torch.float64), _cat(ints, torch.int64)
+    return keys, described, torch.cat(floats), torch.cat(ints)
 
 
 def _is_float(value: Any) -> bool:
@@ -143,10 +143,6 @@ def _is_float(value: Any) -> bool:
     if isinstance(value, torch.Tensor):
         return value.dtype.is_floating_point
     return not isinstance(value, (numbers.Integral, np.bool_, bool))
-
-
-def _cat(parts: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-    return torch.cat(parts) if parts else torch.empty(0, dtype=dtype)
 
 
 def _differences(per_rank: list[list[tuple[str, str]]], what: str) -> str:
