@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import weakref
 from collections.abc import Iterable
+from contextlib import suppress
 from typing import Any
 
 import torch
@@ -34,16 +35,12 @@ ShardModules = type[torch.nn.Module] | tuple[type[torch.nn.Module], ...] | Itera
 _REPLACED: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
 
 
-def _option_names() -> tuple[str, ...]:
-    try:
-        from torch.distributed.fsdp import fully_shard
-    except ImportError:  # a torch without FSDP2 (before 2.6)
-        return ()
-    return tuple(name for name in inspect.signature(fully_shard).parameters if name != "module")
-
-
 #: fully_shard's keyword arguments in this torch (mesh, reshard_after_forward, mp_policy, ...).
-SHARD_OPTIONS: tuple[str, ...] = _option_names()
+SHARD_OPTIONS: tuple[str, ...] = ()
+with suppress(ImportError):  # a torch without FSDP2 (before 2.6) has none
+    from torch.distributed.fsdp import fully_shard
+
+    SHARD_OPTIONS = tuple(n for n in inspect.signature(fully_shard).parameters if n != "module")
 
 
 def check_shard_options(kwargs: dict[str, Any]) -> None:
