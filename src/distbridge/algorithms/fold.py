@@ -13,6 +13,7 @@ it alike, so each takes the same ops on every backend.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -51,9 +52,7 @@ def fold(rows: torch.Tensor, op: str) -> torch.Tensor:
     parts = rows.is_complex() and op in ("SUM", "AVG")
     if parts:  # part by part: torch's complex add turns inf + finite into NaN in the other part
         rows = torch.view_as_real(rows)
-    out = rows[0]
-    for row in rows[1:]:
-        out = _STEPS[op](out, row)
+    out = functools.reduce(_STEPS[op], rows)  # rank 0's row first
     if op == "AVG":
         out = divide_(out.clone(), len(rows))
     if parts:
