@@ -93,6 +93,7 @@ class Parallel:
                 "nproc_per_node too, or set them in the launcher instead."
             )
         self.backend = backend
+        self._init_kwargs = {"init_method": init_method} if init_method else {}
         self._spawn_params: dict[str, Any] | None = None
         if nproc_per_node is not None:
             spawn_only = _per_node_defaults(spawn_only)
@@ -101,7 +102,7 @@ class Parallel:
             self._spawn_params = {
                 "nproc_per_node": nproc_per_node,
                 **{k: v for k, v in spawn_only.items() if v is not None},
-                **({"init_method": init_method} if init_method else {}),
+                **self._init_kwargs,
                 **spawn_kwargs,
             }
         if spawn_kwargs:
@@ -112,7 +113,6 @@ class Parallel:
                     f"Parallel() got unexpected keyword arguments {unknown or sorted(spawn_kwargs)}"
                     f"; this backend's spawn arguments are {known}, and need nproc_per_node."
                 )
-        self._init_kwargs = {"init_method": init_method} if init_method else {}
         self._initialized_here = False
 
     def run(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -138,7 +138,7 @@ class Parallel:
             _api.initialize(self.backend, **self._init_kwargs)
             self._initialized_here = True
             _info(f"Initialized processing group with backend: '{self.backend}'")
-        elif self.backend is not None and self._spawn_params is not None:
+        elif self._spawn_params is not None:  # it has a backend
             _info(f"Initialized distributed launcher with backend: '{self.backend}'")
             given = "\n\t".join(f"{k}: {v}" for k, v in self._spawn_params.items() if v is not None)
             _info(f"- Parameters to spawn processes: \n\t{given}")
