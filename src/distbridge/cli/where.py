@@ -53,8 +53,6 @@ PRIMITIVES = (
     "_group_size",
     "_group_rank",
     "_group_members",
-    "_number_device",
-    "_number_value",
     "abort_communicator",
 )
 START = (
