@@ -354,7 +354,7 @@ def _average_exactly(values: list[Any], members: list[int]) -> list[Any]:
 
 _TEXT = st.one_of(
     st.text(max_size=6),
-    st.text(min_size=20, max_size=40),  # past the 40 bytes inline in the header (UTF-8)
+    st.text(min_size=20, max_size=60),  # past the 48 bytes inline in the header (UTF-8)
 )
 _VALUES: dict[str, st.SearchStrategy[Any]] = {
     "int": _INT64,

@@ -1,9 +1,9 @@
 """Non-tensor values through tensor collectives: headers, inline payloads, byte gathers.
 
-Every value travels behind a fixed header of eight int64 words: its kind, one or two
-fields (a number's 64-bit pattern, a payload's length; a tensor's dtype code and number of
-dims, its shape being the payload), and 40 bytes of inline payload. A value that fits
-inline needs one collective; a longer one needs a second collective for the bytes.
+Every value travels behind a fixed header of eight int64 words: its kind, one field (a
+number's 64-bit pattern, else its payload's length) and 48 bytes of inline payload (a str's
+or Path's UTF-8 bytes, an object's pickle, a tensor's dtype code and shape). A value that
+fits inline needs one collective; a longer one needs a second collective for the bytes.
 Receivers decode each value from its sender's header, so they need no placeholder of the
 right type, and nothing received is evaluated; objects are unpickled only when this rank
 asked for objects too.
@@ -25,41 +25,41 @@ if TYPE_CHECKING:
 
 __all__ = ["broadcast_failure", "broadcast_value", "gather_values"]
 
-_WORDS = 8  # header: kind, field a, field b, 5 words (40 bytes) of inline payload
-_INLINE = 8 * (_WORDS - 3)
-_SEND_FAILED = 0  # header kind: the sender could not encode its value (field a: which error)
+_WORDS = 8  # header: kind, field, 6 words (48 bytes) of inline payload
+_INLINE = 8 * (_WORDS - 2)
+_SEND_FAILED = 0  # header kind: the sender could not encode its value (its field: which error)
 _TEXT_KINDS = frozenset((codec.KIND_STR, codec.KIND_PATH))
 #: the kinds one gather takes together: numbers, text or objects, never a mix
 _ALIKE = (codec.NUMBER_KINDS, _TEXT_KINDS, frozenset((codec.KIND_OBJECT,)))
 
 
-def _header(model: ModelContract, kind: int, a: int = 0, b: int = 0, payload: bytes = b"") -> Any:
+def _header(model: ModelContract, kind: int, field: int = 0, payload: bytes = b"") -> Any:
     """The header of a value, with ``payload`` inline where it fits (else it goes next)."""
     inline = payload if len(payload) <= _INLINE else b""
     words = np.zeros(_WORDS, dtype="<i8")
-    words[:3] = (kind, a, b)
-    words[3:].view(np.uint8)[: len(inline)] = np.frombuffer(inline, dtype=np.uint8)
+    words[:2] = (kind, field)
+    words[2:].view(np.uint8)[: len(inline)] = np.frombuffer(inline, dtype=np.uint8)
     return torch.from_numpy(words).to(model._collective_device())
 
 
 def _inline_bytes(row: np.ndarray[Any, Any], length: int) -> bytes:
-    return row[3:].view(np.uint8)[:length].tobytes()
+    return row[2:].view(np.uint8)[:length].tobytes()
 
 
-def _encode(value: Any, objects: bool) -> tuple[int, int, int, bytes]:
-    """Kind, fields and payload of a value to send; TypeError / ValueError if it cannot go.
+def _encode(value: Any, objects: bool) -> tuple[int, int, bytes]:
+    """Kind, field and payload of a value to send; TypeError / ValueError if it cannot go.
     ``objects``: other values go pickled (a gather), else only a broadcast's tensors do."""
     if isinstance(value, torch.Tensor) and not objects:
         if value.layout != torch.strided:
             raise TypeError(f"broadcast needs a dense (strided) tensor, got {value.layout}.")
-        shape = np.asarray(value.shape, dtype="<i8").tobytes()  # its payload: the shape
-        return codec.KIND_TENSOR, codec.dtype_code(value.dtype), value.dim(), shape
+        described = np.asarray([codec.dtype_code(value.dtype), *value.shape], dtype="<i8")
+        return codec.KIND_TENSOR, described.nbytes, described.tobytes()
     kind = codec.kind_of(value)
     if kind in codec.NUMBER_KINDS:
-        return kind, codec.encode_number(value, kind), 0, b""
+        return kind, codec.encode_number(value, kind), b""
     if kind in _TEXT_KINDS or objects:
         payload = str(value).encode("utf-8") if kind in _TEXT_KINDS else dumps(value)
-        return kind, len(payload), 0, payload
+        return kind, len(payload), payload
     raise TypeError(
         f"Unhandled input type {type(value).__name__}: broadcast takes a tensor, a number, a "
         f"str or a Path, got {value!r}. Send other picklable objects (dicts, lists, ...) with "
@@ -71,18 +71,18 @@ def broadcast_value(model: ModelContract, value: Any, src: int, group: Any) -> A
     """Broadcast a non-tensor value, or a tensor in safe mode; ``value`` is None off ``src``.
     A source that cannot encode its value still sends a header (kind 0): every rank raises."""
     is_src = value is not None
-    kind, a, b, payload = _SEND_FAILED, 0, 0, b""  # off the source: a header to receive into
+    kind, field, payload = _SEND_FAILED, 0, b""  # off the source: a header to receive into
     if is_src:
         try:
-            kind, a, b, payload = _encode(value, objects=False)
+            kind, field, payload = _encode(value, objects=False)
         except (TypeError, ValueError) as err:
             broadcast_failure(model, err, src, group)
             raise
-    sent = model._do_broadcast(_header(model, kind, a, b, payload), src, group)
+    sent = model._do_broadcast(_header(model, kind, field, payload), src, group)
     row = sent.cpu().numpy()
-    kind, a, b = (int(x) for x in row[:3])
+    kind, field = int(row[0]), int(row[1])
     if kind == _SEND_FAILED:  # the source's own error type, so every rank raises alike
-        error = ValueError if a else TypeError
+        error = ValueError if field else TypeError
         raise error(
             f"Unhandled input type on the source rank {src}: broadcast could not send its value "
             "(see its error)."  # ignite's words, as ignite raises them on every rank
@@ -90,21 +90,20 @@ def broadcast_value(model: ModelContract, value: Any, src: int, group: Any) -> A
             else f"broadcast: the source rank {src} could not send its value (see its error)."
         )
     if kind in codec.NUMBER_KINDS:
-        return codec.decode_number(a, kind)
+        return codec.decode_number(field, kind)
     if kind not in (*_TEXT_KINDS, codec.KIND_TENSOR):
         raise ValueError(
             f"Received an unknown broadcast header {row.tolist()}: a desynchronized job?"
         )
-    length = 8 * b if kind == codec.KIND_TENSOR else a  # a tensor's payload: b dims
-    if length <= _INLINE:
-        payload = _inline_bytes(row, length)
+    if field <= _INLINE:  # the payload's length
+        payload = _inline_bytes(row, field)
     else:  # a second broadcast, of the payload's bytes (zeros off the source)
-        data = torch.frombuffer(bytearray(payload if is_src else length), dtype=torch.uint8)
+        data = torch.frombuffer(bytearray(payload if is_src else field), dtype=torch.uint8)
         sent = model._do_broadcast(data.to(model._collective_device()), src, group)
         payload = sent.cpu().numpy().tobytes()
     if kind == codec.KIND_TENSOR:
-        shape = np.frombuffer(payload, dtype="<i8").tolist()
-        dtype = codec.dtype_from_code(a)
+        code, *shape = np.frombuffer(payload, dtype="<i8").tolist()
+        dtype = codec.dtype_from_code(code)
         target = value if is_src else torch.empty(shape, dtype=dtype, device=model.device())
         return model.broadcast_tensor(target, src, group)
     return codec.decode_text(payload, kind)
@@ -120,10 +119,10 @@ def gather_values(model: ModelContract, value: Any, group: Any) -> list[Any]:
     """All-gather non-tensor values; each comes back with its sender's exact type."""
     failure: Exception | None = None
     try:
-        kind, second, _, payload = _encode(value, objects=True)
+        kind, field, payload = _encode(value, objects=True)
     except Exception as err:  # an int past 64 bits, or whatever pickle raises
-        failure, kind, second, payload = err, _SEND_FAILED, _failure_code(err), b""
-    gathered = model._do_all_gather(_header(model, kind, second, payload=payload), group)
+        failure, kind, field, payload = err, _SEND_FAILED, _failure_code(err), b""
+    gathered = model._do_all_gather(_header(model, kind, field, payload), group)
     rows = gathered.cpu().numpy().reshape(-1, _WORDS)
     header = [(int(r[0]), int(r[1])) for r in rows]
     _raise_if_failed(header, failure)
