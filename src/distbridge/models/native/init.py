@@ -182,11 +182,11 @@ def bound_device(backend: str, local_rank: int | None) -> torch.device | None:
     return torch.device(backend_device_types(backend)[0], local_rank)
 
 
-def _set_current(device: torch.device) -> None:
-    """Make ``device`` this process's current accelerator device."""
-    if device.type == "cuda":
+def _set_current(device: torch.device | None) -> None:
+    """Make ``device`` this process's current accelerator device (None: leave it as it is)."""
+    if device is not None and device.type == "cuda":
         torch.cuda.set_device(device)
-    elif hasattr(torch, "accelerator"):
+    elif device is not None and hasattr(torch, "accelerator"):
         torch.accelerator.set_device_index(device.index)
 
 
@@ -331,8 +331,7 @@ def join_job(
     # None when only the peers can tell (explicit init arguments, a launcher that does not say)
     local_rank = None if explicit else 0 if launch is None else launch.local_rank
     device = bound_device(backend, local_rank)
-    if device is not None:
-        _set_current(device)
+    _set_current(device)
     before = {key: os.environ.get(key) for key in DEFAULT_MASTER}
     try:
         init_process_group(
@@ -351,8 +350,7 @@ def join_job(
         )
         if backend == "nccl":
             check_nccl_gpus(layout.nproc_per_node, layout.local_rank)
-        if not takes_cpu_tensors(backend):  # NCCL, XCCL: this rank's device is the current one
-            _set_current(torch.device(backend_device_types(backend)[0], layout.local_rank))
+        _set_current(bound_device(backend, layout.local_rank))  # NCCL, XCCL: this rank's device
     except BaseException:
         if dist.is_initialized():  # the group made before the failure goes too
             dist.destroy_process_group()
