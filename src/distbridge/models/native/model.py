@@ -349,7 +349,7 @@ class NativeModel(ComputationModel):
 
     @override
     def _check_group(self, group: object) -> None:
-        if not isinstance(group, dist.ProcessGroup) and group != ops.NON_MEMBER:
+        if not isinstance(group, dist.ProcessGroup) and group != dist.GroupMember.NON_GROUP_MEMBER:
             raise not_a_group(group)
 
     @override

@@ -15,7 +15,6 @@ import torch.distributed as dist
 from distbridge.algorithms.fold import backend_op
 
 __all__ = [
-    "NON_MEMBER",
     "all_gather_single",
     "reduce_scatter_single",
     "torch_ops",
@@ -37,7 +36,6 @@ if dist.is_available():
     reduce_scatter_single = (
         getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     )
-    NON_MEMBER = dist.GroupMember.NON_GROUP_MEMBER
 
 
 _DTYPES = {value for value in vars(torch).values() if isinstance(value, torch.dtype)}
