@@ -203,18 +203,14 @@ def all_gather_object(
         return [obj]
     channel, device = model._object_transport(resolved)
     frame, sizes = _encode_everywhere(model, obj, serializer, channel, device, "all_gather_object")
-    longest, me = max(sizes), model._group_rank(resolved)
-    received = torch.empty(len(sizes) * longest, dtype=torch.uint8)
-    mine = received[me * longest : (me + 1) * longest]
+    received = torch.empty(len(sizes), max(sizes), dtype=torch.uint8)  # a row per rank
+    mine = received[model._group_rank(resolved)]
     frame_into(frame, mine.numpy())
     if device.type == "cpu":
-        model._do_all_gather_into(received, mine, channel)
+        model._do_all_gather_into(received.view(-1), mine, channel)
     else:
-        received.copy_(model._do_all_gather(mine.to(device), channel).cpu())
-    data = received.numpy()
-    return [
-        decode_frame(data[r * longest : (r + 1) * longest], serializer) for r in range(len(sizes))
-    ]
+        received.view(-1).copy_(model._do_all_gather(mine.to(device), channel).cpu())
+    return [decode_frame(row, serializer) for row in received.numpy()]
 
 
 def gather_object(
