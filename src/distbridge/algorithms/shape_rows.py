@@ -92,12 +92,9 @@ def check_flag(name: str, value: object) -> None:
 def check_equal_chunks(what: str, tensor: torch.Tensor, size: int, other_way: str) -> None:
     """ValueError unless dim 0 of ``tensor`` splits into ``size`` equal chunks."""
     if tensor.dim() == 0:
-        raise ValueError(
-            f"{what} splits dim 0 into {size} equal chunks, but got a 0-dim tensor, "
-            f"which has no dim 0{other_way}."
-        )
-    if tensor.shape[0] % size:
-        raise ValueError(
-            f"{what} splits dim 0 into {size} equal chunks, but dim 0 has size "
-            f"{tensor.shape[0]}; pad it to a multiple of {size}{other_way}."
-        )
+        found = "got a 0-dim tensor, which has no dim 0"
+    elif tensor.shape[0] % size:
+        found = f"dim 0 has size {tensor.shape[0]}; pad it to a multiple of {size}"
+    else:
+        return
+    raise ValueError(f"{what} splits dim 0 into {size} equal chunks, but {found}{other_way}.")
