@@ -49,7 +49,8 @@ _LIBRARIES = (
     },
     os.path.dirname(os.path.realpath(torch.__file__)),
 )
-_ENTRY = re.compile(r'^  File "', re.MULTILINE)  # a frame of a traceback
+#: A frame of a traceback: its "File" line and the code under it (not the error's message).
+_ENTRY = re.compile(r'^  File "(?P<path>[^"]*)".*\n(?:    .*\n)*', re.MULTILINE)
 #: Added when the first worker died of SIGABRT: gloo aborts the process on such a mismatch.
 _ABORT_HINT = (
     " SIGABRT in a worker usually means the ranks called different collectives (another "
@@ -200,17 +201,12 @@ def _traceback(rank: int, worker_traceback: str, short: bool) -> str:
     """The worker's traceback; ``short`` (a victim of the rank at fault): only the frames of
     the user's code in the last one (the message is above), where it has some."""
     last = worker_traceback.rsplit("Traceback (most recent call last):\n", 1)[-1]
-    starts = [m.start() for m in _ENTRY.finditer(last)]
-    entries = [last[a:b] for a, b in zip(starts, [*starts[1:], len(last)], strict=False)]
-    paths = [entry[8 : entry.find('"', 8)] for entry in entries]
-    mine = [entry for entry, path in zip(entries, paths, strict=True) if not is_library(path)]
+    mine = [entry[0] for entry in _ENTRY.finditer(last) if not is_library(entry["path"])]
     if not (short and mine):
         return f"Traceback of rank {rank}:\n{worker_traceback}"
-    *frames, end = mine
-    end = "".join(line for line in end.splitlines(True) if line.startswith(("  File", "    ")))
     return (
         f"Where rank {rank} raised it, in your code (the whole traceback: the error's "
-        f"worker_traceback):\n{''.join(frames)}{end}"
+        f"worker_traceback):\n{''.join(mine)}"
     )
 
 
