@@ -180,9 +180,8 @@ def all_gather_with_shapes(
     gathered = model.gather_tensor(padded, resolved)
     if problem is not None:
         raise problem
-    flags = gathered[:, length]
-    flags = flags.real if flags.is_complex() else flags
-    failed = [i for i, bad in enumerate(flags.to(torch.float32).ne(0).tolist()) if bad]
+    flags = byte_view.as_bytes(gathered[:, length:]).view(size, -1).any(1)  # any dtype's 1
+    failed = [i for i, bad in enumerate(flags.tolist()) if bad]
     if failed:
         raise ValueError(
             f"all_gather_tensors_with_shapes: group rank(s) {failed} passed a tensor that does "
