@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distbridge.errors import PicklingError
-from distbridge.launch.pickling import find_culprit, main_is_interactive, pack
+from distbridge.errors import DistributedError, PicklingError
+from distbridge.launch.pickling import find_culprit, main_is_interactive, pack, prepare_call
 
 _NOTEBOOK_CELL = """\
 import math
@@ -72,7 +72,9 @@ def test_a_notebook_function_is_sent_with_the_globals_it_uses() -> None:
     ("attributes", "expected"),
     [
         ({}, True),  # Jupyter, IPython, python -c: no file
-        ({"__file__": "<ipython-input-3>"}, True),
+        # no such file: every worker would run it again (multiprocessing does, whatever is
+        # sent by value), so check_main_module refuses it instead
+        ({"__file__": "<ipython-input-3>"}, False),
         ({"__file__": __file__}, False),  # a script: workers run it again
         ({"__file__": "<stdin>"}, False),  # stdin: refused by check_main_module instead
         ({"__spec__": object()}, False),  # python -m module: workers import it
@@ -83,6 +85,12 @@ def test_main_is_interactive(
 ) -> None:
     _fake_main(monkeypatch, **attributes)
     assert main_is_interactive() is expected
+
+
+def test_a_main_whose_file_is_not_there_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_main(monkeypatch, __file__="<ipython-input-3>")
+    with pytest.raises(DistributedError, match="The main script '<ipython-input-3>' is not a file"):
+        prepare_call(_notebook_function(), (), {}, "spawn")
 
 
 def test_a_lambda_closing_over_a_lock_is_named() -> None:

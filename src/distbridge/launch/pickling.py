@@ -73,7 +73,7 @@ def _main_kind() -> str:
 def main_is_interactive() -> bool:
     """Whether ``__main__`` has no file a worker could run again and no module it could
     import (a notebook, an IPython shell, ``python -c``): its functions go by value."""
-    return _main_kind() in ("interactive", "missing")
+    return _main_kind() == "interactive"
 
 
 def check_main_module(start_method: str) -> None:
