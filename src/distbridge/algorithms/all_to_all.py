@@ -67,7 +67,10 @@ def all_to_all(
     in_splits = [p.numel() * width for p in placed]
     out_splits = [math.prod(s) * width for s in received]
     sendable = byte_view.as_bytes(data) if raw else data
-    out = model._do_all_to_all(sendable, in_splits, out_splits, resolved)
+    if len({*in_splits, *out_splits}) == 1:  # even: torch needs no split tables, XLA no emulation
+        out = model._do_all_to_all_even(sendable.view(size, in_splits[0]), resolved).view(-1)
+    else:
+        out = model._do_all_to_all(sendable, in_splits, out_splits, resolved)
     pieces = list(torch.split(out, out_splits))
     if raw:
         pieces = [byte_view.from_bytes(p, dtype, s) for p, s in zip(pieces, received, strict=True)]
@@ -146,9 +149,8 @@ def _all_to_all_uniform(
         if group is None:
             model.fast_all_to_all.remember(whole)  # see chunks_known
         return list(model._do_all_to_all_even(whole, group).chunk(size))
-    splits = [first.numel()] * size
-    out = model._do_all_to_all(_joined(tensors, total), splits, splits, group)
-    return list(out.view(size, *shape).unbind(0))
+    out = model._do_all_to_all_even(_joined(tensors, total).view(size, *shape), group)
+    return list(out.unbind(0))
 
 
 def _chunked(first: torch.Tensor, size: int) -> torch.Tensor | None:

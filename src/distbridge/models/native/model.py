@@ -283,8 +283,6 @@ class NativeModel(ComputationModel):
         self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
     ) -> torch.Tensor:
         if "all_to_all" not in self._emulated:
-            if len({*in_splits, *out_splits}) == 1:  # torch's even path: no split tables
-                return self._do_all_to_all_even(data, group)
             out = data.new_empty(sum(out_splits))
             try:
                 dist.all_to_all_single(out, data, out_splits, in_splits, group=group)

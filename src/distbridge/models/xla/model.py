@@ -317,14 +317,6 @@ class XlaModel(ComputationModel):
         return out
 
     @override
-    def _do_all_to_all(
-        self, data: torch.Tensor, in_splits: list[int], out_splits: list[int], group: Any
-    ) -> torch.Tensor:
-        if len({*in_splits, *out_splits}) == 1:  # xm.all_to_all splits evenly only
-            return self._do_all_to_all_even(data, group)
-        return super()._do_all_to_all(data, in_splits, out_splits, group)
-
-    @override
     def _do_all_to_all_even(self, tensor: torch.Tensor, group: Any) -> torch.Tensor:
         if tensor.numel() == 0:  # empty on every member (one shape); XLA's gather op refuses it
             return torch.empty_like(tensor)
