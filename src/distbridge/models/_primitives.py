@@ -30,12 +30,8 @@ from distbridge.models._failing_together import FailingTogether
 from distbridge.models._layout import Layout
 from distbridge.reliability.debug import debug_flag
 from distbridge.reliability.hang.ledger import CollectiveLedger, Members
-from distbridge.reliability.hang.stacks import StackWatcher
-from distbridge.reliability.timed_barrier import (
-    CompletedBarrier,
-    StoreBarrier,
-    make_timed_barriers,
-)
+from distbridge.reliability.hang.stacks import StackWatcher, while_current
+from distbridge.reliability.timed_barrier import CompletedBarrier, StoreBarrier
 
 __all__ = ["NOT_A_MEMBER", "BackendPrimitives"]
 
@@ -403,9 +399,12 @@ class BackendPrimitives(ABC):
         with the stack watcher beside them on first use, which must happen on every rank
         alike (making the store may take a collective)."""
         if self._timed is None:
-            made = make_timed_barriers(self)
-            if made is not None:
-                self._timed, self.stack_watcher = made
+            store = self._coordination_store()
+            if store is not None:
+                self._timed = StoreBarrier(store, self)
+                self.stack_watcher = StackWatcher(
+                    store, self.get_rank(), while_current(self.is_current)
+                )
         return self._timed
 
     def _ledger_members(self, group: Any) -> Members | None:

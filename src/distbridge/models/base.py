@@ -37,12 +37,7 @@ from distbridge.algorithms.checks import check_dense, check_reducible, divide_, 
 from distbridge.models._primitives import NOT_A_MEMBER, BackendPrimitives
 from distbridge.reliability import debug, fail_together
 from distbridge.reliability.hang.ledger import Entry
-from distbridge.reliability.timed_barrier import (
-    CompletedBarrier,
-    check_barrier_options,
-    check_name,
-    check_timeout,
-)
+from distbridge.reliability.timed_barrier import CompletedBarrier, check_barrier_options
 
 __all__ = ["COLLECTIVES", "NOT_A_MEMBER", "ComputationModel", "collective"]
 
@@ -285,9 +280,7 @@ class ComputationModel(BackendPrimitives):
         device_ids: list[int] | None = None,
     ) -> Any:
         """Wait until every rank of ``group`` arrives; see ``distbridge.barrier``."""
-        seconds = check_timeout(timeout)
-        check_name(name)
-        ids = check_barrier_options(async_op, device_ids, seconds)
+        seconds, ids = check_barrier_options(timeout, name, async_op, device_ids)
         if self._debug and seconds is None:  # a timed barrier names missing ranks itself
             self._debug_checker.check(self, "barrier", group, {})
         resolved = self.groups.resolve(group)

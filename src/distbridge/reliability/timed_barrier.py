@@ -11,9 +11,8 @@ that will never arrive (``one_rank_first``'s rank, when its block raised) can ``
 barrier instead: ``done`` then holds its message, which the waiting members raise as
 ``DistributedError``.
 
-``make_timed_barriers(model)`` makes a model's ``StoreBarrier`` and the stack watcher beside
-it on first use (``model.timed_barriers()``); ``abort_barrier`` and ``dump_all_stacks`` act
-through them.
+A model makes its ``StoreBarrier`` and the stack watcher beside it on first use
+(``model.timed_barriers()``); ``abort_barrier`` and ``dump_all_stacks`` act through them.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from distbridge.algorithms.groups import GroupCache
 from distbridge.errors import BarrierTimeout, DistributedError
 from distbridge.reliability.fail_together import ANSWER_WAIT_SECONDS, read_failure, stopped
-from distbridge.reliability.hang.stacks import StackWatcher, dump, while_current
+from distbridge.reliability.hang.stacks import dump
 
 if TYPE_CHECKING:
     from distbridge._types import Group
@@ -41,11 +40,9 @@ __all__ = [
     "abort_barrier",
     "await_keys",
     "check_barrier_options",
-    "check_name",
     "check_timeout",
     "dump_all_stacks",
     "group_tag",
-    "make_timed_barriers",
 ]
 
 LOG = logging.getLogger("distbridge")
@@ -80,16 +77,14 @@ def check_timeout(timeout: object) -> float | None:
     return seconds
 
 
-def check_name(name: object) -> None:
-    """TypeError naming ``name`` unless it is None or a str."""
+def check_barrier_options(
+    timeout: object, name: object, async_op: object, device_ids: object
+) -> tuple[float | None, list[int] | None]:
+    """Validate ``barrier``'s options: the timeout in seconds (`check_timeout`) and
+    ``device_ids`` as a list (each may be None)."""
+    seconds = check_timeout(timeout)
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str naming the barrier, got {name!r}.")
-
-
-def check_barrier_options(
-    async_op: object, device_ids: object, seconds: float | None
-) -> list[int] | None:
-    """Validate torch.distributed's barrier options; ``device_ids`` as a list (or None)."""
     if not isinstance(async_op, bool):
         hint = (
             f"; timeout is keyword-only: barrier(timeout={async_op!r})"
@@ -103,7 +98,7 @@ def check_barrier_options(
             "member arrives or the time is up; pass either async_op=True or timeout=..."
         )
     if device_ids is None:
-        return None
+        return seconds, None
     ids = list(device_ids) if isinstance(device_ids, list | tuple) else None
     if ids is None or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         raise TypeError(
@@ -111,7 +106,7 @@ def check_barrier_options(
         )
     if any(i < 0 for i in ids):
         raise ValueError(f"device_ids must be non-negative device indices, got {device_ids!r}.")
-    return ids
+    return seconds, ids
 
 
 class CompletedBarrier:
@@ -176,18 +171,6 @@ def _key(members: tuple[int, ...], seq: int) -> str:
 
 def _describe(name: str | None) -> str:
     return "barrier" if name is None else f"barrier {name!r}"
-
-
-def make_timed_barriers(model: ModelContract) -> tuple[StoreBarrier, StackWatcher] | None:
-    """New timed barriers over ``model``'s coordination store, and the stack watcher beside
-    them (None without a store). The model makes them on first use and keeps them
-    (``model.timed_barriers()``); making the store may take a collective, so every rank
-    makes them alike."""
-    store = model._coordination_store()
-    if store is None:
-        return None
-    watcher = StackWatcher(store, model.get_rank(), while_current(model.is_current))
-    return StoreBarrier(store, model), watcher
 
 
 def dump_all_stacks(model: ModelContract, reason: str) -> str:
