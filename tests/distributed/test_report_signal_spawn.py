@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = "results: [(0, 1.0), (1, 1.0)]"  # each rank's (rank, sum of the ranks)
-CARD = {"rank": 0, "world_size": 2, "store": "127.0.0.1:1"}  # a card's fields (no job there)
+CARD = {"rank": 0, "store": "127.0.0.1:1"}  # a card's fields (no job there)
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

@@ -31,10 +31,10 @@ def store() -> TCPStore:
 
 
 def test_a_card_is_found_by_its_pid(store: TCPStore) -> None:
-    path = write_card(store, 3, 4)
+    path = write_card(store, 3)
 
     assert path == os.path.join(user_dir("cards"), f"{os.getpid()}.json")
-    assert find_card(os.getpid()) == JobCard(os.getpid(), 3, 4, f"127.0.0.1:{store.port}")
+    assert find_card(os.getpid()) == JobCard(os.getpid(), 3, f"127.0.0.1:{store.port}")
 
 
 def test_a_card_is_found_from_an_ancestor(store: TCPStore, tmp_path: Path) -> None:
@@ -45,7 +45,7 @@ def test_a_card_is_found_from_an_ancestor(store: TCPStore, tmp_path: Path) -> No
         "from distbridge.reliability.hang.job_cards import write_card\n"
         f"store = TCPStore('127.0.0.1', {store.port}, None, False,"
         " timeout=datetime.timedelta(seconds=10))\n"
-        "print(write_card(store, 1, 2), flush=True)\n"
+        "print(write_card(store, 1), flush=True)\n"
         "time.sleep(60)\n"
     )
     env = {**os.environ, "TMPDIR": str(tmp_path)}
@@ -57,7 +57,7 @@ def test_a_card_is_found_from_an_ancestor(store: TCPStore, tmp_path: Path) -> No
         assert child.stdout.readline().strip() == os.path.join(
             user_dir("cards"), f"{child.pid}.json"
         )
-        assert find_card(os.getpid()) == JobCard(child.pid, 1, 2, f"127.0.0.1:{store.port}")
+        assert find_card(os.getpid()) == JobCard(child.pid, 1, f"127.0.0.1:{store.port}")
     finally:
         child.kill()
         child.wait()
@@ -68,15 +68,15 @@ def test_cards_of_processes_gone_are_cleared(store: TCPStore) -> None:
     gone.wait()
     os.makedirs(user_dir("cards"))
     stale = Path(user_dir("cards"), f"{gone.pid}.json")
-    stale.write_text('{"rank": 0, "world_size": 2, "store": "127.0.0.1:1"}')
+    stale.write_text('{"rank": 0, "store": "127.0.0.1:1"}')
 
-    write_card(store, 0, 2)
+    write_card(store, 0)
 
     assert not stale.exists()
 
 
 def test_a_store_without_an_address_gets_no_card(tmp_path: Path) -> None:
-    assert write_card(FileStore(str(tmp_path / "store"), 1), 0, 2) is None
+    assert write_card(FileStore(str(tmp_path / "store"), 1), 0) is None
     with pytest.raises(FileNotFoundError, match=f"Process {os.getpid()} has no distbridge"):
         find_card(os.getpid())
 
@@ -99,17 +99,14 @@ class _Address:
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     rank=st.integers(0, 4095),
-    world_size=st.integers(1, 4096),
     host=st.sampled_from(["127.0.0.1", "node7", "10.1.2.3", "::1", "0.0.0.0", "::"]),
     port=st.integers(1, 65535),
 )
-def test_a_card_reads_back_as_written(rank: int, world_size: int, host: str, port: int) -> None:
-    write_card(_Address(host, port), rank, world_size)
+def test_a_card_reads_back_as_written(rank: int, host: str, port: int) -> None:
+    write_card(_Address(host, port), rank)
 
     expected_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    assert find_card(os.getpid()) == JobCard(
-        os.getpid(), rank, world_size, f"{expected_host}:{port}"
-    )
+    assert find_card(os.getpid()) == JobCard(os.getpid(), rank, f"{expected_host}:{port}")
 
 
 @pytest.mark.parametrize("pid", [0, -1])

@@ -54,7 +54,7 @@ def engine_lines(
     group: Members | None,
     waiting: Iterable[int],
     behind: Iterable[int],
-    returned: Iterable[int] = (),
+    returned: Iterable[int],
 ) -> list[str]:
     """The verdict's lines from the engine records (rank -> records) about ``group``.
 

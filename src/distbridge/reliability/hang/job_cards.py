@@ -39,11 +39,10 @@ _ANCESTOR_HOPS = 6  # spawn's parent -> warm starter -> worker, torchrun's agent
 
 @dataclass(frozen=True)
 class JobCard:
-    """One rank's card: its pid and rank, the world size, the job store's ``host:port``."""
+    """One rank's card: its pid and rank, the job store's ``host:port``."""
 
     pid: int
     rank: int
-    world_size: int
     store: str
 
 
@@ -150,7 +149,7 @@ def _remove(path: str) -> None:
         os.remove(path)
 
 
-def write_card(store: Any, rank: int, world_size: int) -> str | None:
+def write_card(store: Any, rank: int) -> str | None:
     """Write this process's card for the job whose root store is ``store``; returns its path,
     or None when the store has no address (the verdict is then asked with ``why DIR``)."""
     address = _store_address(store)
@@ -160,8 +159,7 @@ def write_card(store: Any, rank: int, world_size: int) -> str | None:
         os.makedirs(user_dir("cards"), mode=0o700, exist_ok=True)
         prune_cards()
         path = _card(os.getpid())
-        card = {"rank": rank, "world_size": world_size, "store": address}
-        write_json(path, {**card, "started": _started(os.getpid())})
+        write_json(path, {"rank": rank, "store": address, "started": _started(os.getpid())})
     except OSError:  # a read-only or full temporary folder: no card, nothing else lost
         return None
     atexit.register(_remove, path)
@@ -171,7 +169,7 @@ def write_card(store: Any, rank: int, world_size: int) -> str | None:
 def _read(pid: int) -> JobCard | None:
     card = read_json(_card(pid)) or {}
     try:
-        return JobCard(pid, int(card["rank"]), int(card["world_size"]), str(card["store"]))
+        return JobCard(pid, int(card["rank"]), str(card["store"]))
     except (KeyError, TypeError, ValueError):
         return None
 

@@ -267,7 +267,7 @@ def start_reporter(store: Any, model: ModelContract) -> Reporter | None:
         reporter = Reporter(store, rank, model.ledger, alive, world_size, model._engine_trace)
     except RuntimeError:
         return None
-    write_card(job_root(store), rank, world_size)  # for why --pid
+    write_card(job_root(store), rank)  # for why --pid
     return reporter
 
 
