@@ -29,7 +29,7 @@ from torch._C._distributed_c10d import HashStore, PrefixStore
 import distbridge as idist
 from distbridge.errors import DistributedError, PeerFailed, WorkerFailedError
 from distbridge.launch.supervisor import run_workers
-from distbridge.reliability import fail_together
+from distbridge.reliability import coordination, fail_together
 from tests.distributed import fault_targets as targets
 from tests.distributed.process_checks import (
     assert_gone,
@@ -359,7 +359,8 @@ def test_the_excepthook_leaves_a_note_and_chains_on(monkeypatch: pytest.MonkeyPa
     torch_hook = sys.excepthook  # torch wraps the hook to prefix the rank
     try:
         torn_down: list[str] = []
-        fail_together.install_excepthook(0, 1, lambda: torn_down.append("after the traceback"))
+        teardown = functools.partial(torn_down.append, "after the traceback")
+        fail_together.install_excepthook(0, 1, teardown, coordination.default_store)
         assert sys.excepthook is not torch_hook
         sys.excepthook(ValueError, ValueError("uncaught"), None)
         assert seen == ["uncaught"] and torn_down == ["after the traceback"]

@@ -270,15 +270,11 @@ class _FailureHook:
 
 
 def install_excepthook(
-    rank: int,
-    world_size: int,
-    teardown: Teardown,
-    store_of: Callable[[], Any] = coordination.default_store,
+    rank: int, world_size: int, teardown: Teardown, store_of: Callable[[], Any]
 ) -> None:
-    """Make an uncaught exception on this rank leave a failure note for its peers, then call
-    ``teardown()`` (abort the communicator, so that peers blocked in a collective fail now
-    even if this process lingers). ``store_of()`` gives the store for the note (default:
-    the default process group's)."""
+    """Make an uncaught exception on this rank leave a failure note for its peers (on the
+    store ``store_of()`` gives), then call ``teardown()`` (abort the communicator, so that
+    peers blocked in a collective fail now even if this process lingers)."""
     uninstall_excepthook()
     sys.excepthook = _FailureHook(rank, world_size, sys.excepthook, teardown, store_of)
 
