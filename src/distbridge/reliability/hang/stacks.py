@@ -68,11 +68,8 @@ _fault_files: list[IO[str]] = []  # the open fault file, while there is one
 
 def _blocks(text: str) -> list[tuple[int, str]]:
     """faulthandler's dump as (thread id, its block), in order."""
-    starts = list(_THREAD.finditer(text))
-    ends = [m.start() for m in starts[1:]] + [len(text)]
-    return [
-        (int(m.group(1), 16), text[m.start() : end]) for m, end in zip(starts, ends, strict=False)
-    ]
+    blocks = re.split(r"(?m)^(?=(?:Current thread|Thread) 0x)", text)  # each from its header
+    return [(int(found[1], 16), block) for block in blocks if (found := _THREAD.match(block))]
 
 
 def format_stacks() -> str:
