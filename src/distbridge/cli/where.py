@@ -53,6 +53,8 @@ PRIMITIVES = (
     "_group_size",
     "_group_rank",
     "_group_members",
+    "_number_device",
+    "_number_value",
     "abort_communicator",
 )
 START = (

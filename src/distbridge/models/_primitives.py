@@ -241,6 +241,15 @@ class BackendPrimitives(ABC):
         Default: the CPU."""
         return _CPU
 
+    def _number_device(self, dtype: torch.dtype) -> torch.device:
+        """Where ``all_reduce`` of a Python number builds its one-element ``dtype`` tensor
+        (float64 or int64). Default: the collective device."""
+        return self._collective_device()
+
+    def _number_value(self, tensor: torch.Tensor) -> Any:
+        """The Python scalar held by the reduced one-element tensor of a number."""
+        return tensor.item()
+
     def _native_avg(self) -> bool:
         """Whether the backend averages itself; otherwise AVG is SUM divided by the group size."""
         return False

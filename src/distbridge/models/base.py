@@ -390,8 +390,8 @@ class ComputationModel(BackendPrimitives):
     # ---- all_reduce's own steps ---------------------------------------------------------------
 
     def _reduce_number(self, x: Any, op: str, group: Group | None) -> Any:
-        """All-reduce Python number ``x``: in a tensor on the collective device, in a dtype the
-        backend carries; the result in ``x``'s type (a float for an average)."""
+        """All-reduce Python number ``x``: in a tensor made where the backend reduces it, in
+        a dtype it carries; the result in ``x``'s type (a float for an average)."""
         name = codec.canonical_op(op, self.reduce_ops, self.name)
         kind = codec.kind_of(x)
         if kind not in codec.NUMBER_KINDS:
@@ -406,8 +406,8 @@ class ComputationModel(BackendPrimitives):
             return x
         dtype = torch.float64 if kind == codec.KIND_FLOAT or name == "AVG" else torch.int64
         value = float(x) if dtype is torch.float64 else codec.encode_number(x, kind)
-        tensor = torch.tensor([value], dtype=dtype, device=self._collective_device())
-        result = self._reduce_tensor(tensor, name, resolved, tensor.device).item()
+        tensor = torch.tensor([value], dtype=dtype, device=self._number_device(dtype))
+        result = self._number_value(self._reduce_tensor(tensor, name, resolved, tensor.device))
         if name == "AVG" or kind == codec.KIND_FLOAT:
             return float(result)
         if kind == codec.KIND_BOOL and name in ("AND", "OR", "MIN", "MAX"):

@@ -246,6 +246,16 @@ class XlaModel(ComputationModel):
     # ---- primitives --------------------------------------------------------------------------
 
     @override
+    def _number_device(self, dtype: torch.dtype) -> torch.device:
+        return self._device if self._holds(dtype) else _CPU  # one transfer less
+
+    @override
+    def _number_value(self, tensor: torch.Tensor) -> Any:
+        if _on_xla(tensor):
+            self._sync()  # end the graph first: see _cpu
+        return tensor.item()
+
+    @override
     def _native_avg(self) -> bool:
         return True  # _do_all_reduce averages itself, so float8 averages in float32
 
