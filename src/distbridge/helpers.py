@@ -116,7 +116,6 @@ def one_rank_first(
         who = _api.get_rank()
         abort_barrier(
             model,
-            None,
             f"{name}: rank {who} raised {type(err).__name__}: {err} in the block it runs "
             f"first, so the other ranks stop here instead of waiting for it; see rank {who}'s "
             "traceback.",

@@ -25,13 +25,11 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from distbridge.algorithms.groups import GroupCache
 from distbridge.errors import BarrierTimeout, DistributedError
 from distbridge.reliability.fail_together import ANSWER_WAIT_SECONDS, read_failure, stopped
 from distbridge.reliability.hang.stacks import dump
 
 if TYPE_CHECKING:
-    from distbridge._types import Group
     from distbridge.model_contract import ModelContract
 
 __all__ = [
@@ -181,13 +179,12 @@ def dump_all_stacks(model: ModelContract, reason: str) -> str:
     return text
 
 
-def abort_barrier(model: ModelContract, group: Group | None, message: str) -> None:
-    """Skip this rank's next timed barrier on ``group``: its members waiting there raise
+def abort_barrier(model: ModelContract, message: str) -> None:
+    """Skip this rank's next timed barrier of the whole world: the ranks waiting there raise
     ``DistributedError(message)`` instead of waiting for this rank."""
-    resolved = model.groups.resolve(group)
-    timed = None if resolved is GroupCache.NOT_A_MEMBER else model.timed_barriers()
+    timed = model.timed_barriers()
     if timed is not None:
-        timed.abort(model._group_members(resolved), message)
+        timed.abort(model._group_members(model.groups.resolve(None)), message)
 
 
 class StoreBarrier:
