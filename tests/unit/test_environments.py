@@ -492,6 +492,12 @@ def test_mpich_steps_aside_for_srun_pmi2() -> None:
     assert mpich.detect({"PMI_RANK": "3", "PMI_SIZE": "4", **old_srun}) is None
 
 
+def test_mpich_reads_slurm_variables_only_in_a_step() -> None:
+    # outside a step SLURM's task variables are not mpich's business, even malformed ones
+    found = mpich.detect({**HYDRA, "SLURM_PROCID": "n/a", "SLURM_NTASKS": ""})
+    assert found is not None and found.rank == 3
+
+
 def test_mpich_inconsistent_values() -> None:
     with pytest.raises(
         ValueError, match=r"^PMI_RANK=4 is not below PMI_SIZE=4 \(MPICH / PMI variables\)"

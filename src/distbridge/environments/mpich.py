@@ -53,6 +53,7 @@ def detect(env: Mapping[str, str]) -> LaunchEnvironment | None:
         return detect_from(env, LAUNCHER, _MVAPICH2)
     # srun set PMI_RANK / PMI_SIZE itself when they repeat SLURM_PROCID / SLURM_NTASKS in a
     # step's task (SLURM_STEP_ID, SLURM_STEPID before SLURM 20.11: what the SLURM detector reads)
-    in_step = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")
+    if not (env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")):
+        return found  # SLURM's variables are read only in a step, as the SLURM detector does
     srun = (read_int(env, "SLURM_PROCID"), read_int(env, "SLURM_NTASKS"))
-    return None if in_step and srun == (found.rank, found.world_size) else found
+    return None if srun == (found.rank, found.world_size) else found
